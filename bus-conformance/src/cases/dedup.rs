@@ -1,0 +1,209 @@
+//! C6 idempotent publish and C7 find by UID.
+
+use std::sync::{Arc, Barrier};
+
+use bus_core::{BatchRecord, BusError, PublishAck, partition_for};
+use serde_json::json;
+
+use crate::util::{fetch_all, ok};
+use crate::{CaseResult, Ctx, assert_err};
+
+fn stored_count(ctx: &Ctx, topic: &str, key: &str) -> usize {
+    let partitions = ok("partitions", ctx.bus().partitions(topic));
+    fetch_all(ctx.bus(), topic, partition_for(key, partitions), 0).len()
+}
+
+/// C6: a UID already stored returns the original ack and stores nothing.
+pub fn c06_retry_returns_original_ack(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let first = ok(
+        "publish",
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &json!({"v": 1}), "uid-1"),
+    );
+    let other = ok(
+        "publish",
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &json!({"v": 2}), "uid-2"),
+    );
+    let retry = ok(
+        "retry",
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &json!({"v": 1}), "uid-1"),
+    );
+    assert_eq!(retry, first);
+    assert_ne!(other.offset, first.offset);
+    assert_eq!(stored_count(ctx, &topic, "k"), 2);
+    // A retry carrying a different value is still the same event.
+    let changed = ok(
+        "retry",
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &json!({"v": 9}), "uid-2"),
+    );
+    assert_eq!(changed, other);
+    assert_eq!(stored_count(ctx, &topic, "k"), 2);
+    Ok(())
+}
+
+/// C6: a string `metadata.uid` deduplicates a plain publish too.
+pub fn c06_metadata_uid_dedups_plain_publish(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let value = json!({"metadata": {"uid": "evt-7"}, "body": 1});
+    let first = ok("publish", ctx.bus().publish(&topic, "k", &value));
+    assert_eq!(ok("again", ctx.bus().publish(&topic, "k", &value)), first);
+    assert_eq!(
+        ok(
+            "explicit",
+            ctx.bus().publish_idempotent(&topic, "k", &value, "evt-7")
+        ),
+        first
+    );
+    // A non-string metadata.uid is just data.
+    let numeric = json!({"metadata": {"uid": 7}});
+    let a = ok("numeric", ctx.bus().publish(&topic, "k", &numeric));
+    let b = ok("numeric", ctx.bus().publish(&topic, "k", &numeric));
+    assert_ne!(a, b);
+    assert_eq!(stored_count(ctx, &topic, "k"), 3);
+    Ok(())
+}
+
+/// C6: a `metadata.uid` that differs from the given UID is an argument
+/// error, and an empty UID too; nothing is stored.
+pub fn c06_uid_mismatch_is_invalid_argument(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let value = json!({"metadata": {"uid": "a"}});
+    assert_err!(
+        ctx.bus().publish_idempotent(&topic, "k", &value, "b"),
+        BusError::InvalidArgument { .. }
+    );
+    assert_err!(
+        ctx.bus().publish_idempotent(&topic, "k", &json!({}), ""),
+        BusError::InvalidArgument { .. }
+    );
+    assert_err!(
+        ctx.bus()
+            .publish_batch(&topic, &[BatchRecord::new("k", value).with_uid("b")]),
+        BusError::InvalidArgument { .. }
+    );
+    assert_eq!(stored_count(ctx, &topic, "k"), 0);
+    Ok(())
+}
+
+/// C6: dedup holds across a reopen of the bus.
+pub fn c06_dedup_survives_reopen(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 3);
+    let acks: Vec<PublishAck> = (0..10)
+        .map(|i| {
+            ok(
+                "publish",
+                ctx.bus()
+                    .publish_idempotent(&topic, &format!("k{i}"), &json!(i), &format!("u{i}")),
+            )
+        })
+        .collect();
+    ctx.reopen()?;
+    for (i, ack) in acks.iter().enumerate() {
+        let retry = ok(
+            "retry",
+            ctx.bus()
+                .publish_idempotent(&topic, &format!("k{i}"), &json!(i), &format!("u{i}")),
+        );
+        assert_eq!(&retry, ack, "uid u{i} after reopen");
+    }
+    let total: usize = (0..3)
+        .map(|p| fetch_all(ctx.bus(), &topic, p, 0).len())
+        .sum();
+    assert_eq!(total, 10);
+    Ok(())
+}
+
+/// C6: concurrent retries of one UID from many threads store one record.
+pub fn c06_concurrent_retries_store_one(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let threads = 16;
+    for round in 0..5 {
+        let uid = format!("race-{round}");
+        let barrier = Arc::new(Barrier::new(threads));
+        let acks: Vec<PublishAck> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (barrier, uid, topic) = (Arc::clone(&barrier), uid.clone(), topic.clone());
+                    let bus = ctx.bus();
+                    scope.spawn(move || {
+                        barrier.wait();
+                        ok(
+                            "race",
+                            bus.publish_idempotent(&topic, "k", &json!({ "t": t }), &uid),
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| panic!("publisher panicked")))
+                .collect()
+        });
+        assert!(
+            acks.windows(2).all(|w| w[0] == w[1]),
+            "round {round}: {acks:?}"
+        );
+        assert_eq!(stored_count(ctx, &topic, "k"), round + 1);
+    }
+    Ok(())
+}
+
+/// C7: find returns the ack of the record with that UID, `None` otherwise,
+/// never another record's ack.
+pub fn c07_find_by_uid(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 4);
+    let mut acks = Vec::new();
+    for i in 0..30 {
+        let key = format!("agent-{}", i % 6);
+        let uid = format!("evt-{i}");
+        let ack = if i % 2 == 0 {
+            ctx.bus()
+                .publish_idempotent(&topic, &key, &json!({ "i": i }), &uid)
+        } else {
+            ctx.bus()
+                .publish(&topic, &key, &json!({ "i": i, "metadata": { "uid": uid } }))
+        };
+        // Records without UIDs in between must not confuse the index.
+        ok(
+            "filler",
+            ctx.bus().publish(&topic, &key, &json!({ "filler": i })),
+        );
+        acks.push((key, uid, ok("publish", ack)));
+    }
+    for (key, uid, ack) in &acks {
+        let found = ok("find", ctx.bus().find_event_by_uid(&topic, key, uid));
+        assert_eq!(found.as_ref(), Some(ack), "uid {uid}");
+    }
+    assert_eq!(
+        ok(
+            "find",
+            ctx.bus()
+                .find_event_by_uid(&topic, "agent-0", "evt-missing")
+        ),
+        None
+    );
+    Ok(())
+}
+
+/// C7: find works after a reopen.
+pub fn c07_find_after_reopen(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let ack = ok(
+        "publish",
+        ctx.bus().publish_idempotent(&topic, "k", &json!(1), "kept"),
+    );
+    ctx.reopen()?;
+    assert_eq!(
+        ok("find", ctx.bus().find_event_by_uid(&topic, "k", "kept")),
+        Some(ack)
+    );
+    assert_eq!(
+        ok("find", ctx.bus().find_event_by_uid(&topic, "k", "never")),
+        None
+    );
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! C12 limits and bad input, C13 errors.
+
+use bus_core::{BusError, EventBus, TopicSpec, partition_for};
+use serde_json::json;
+
+use crate::util::{fetch_all, ok};
+use crate::{CaseResult, Ctx, assert_err};
+
+/// C12: a value over `max_record_bytes` is refused with its own error and
+/// nothing is stored; one just under fits.
+pub fn c12_oversized_value_is_refused(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.topic("t");
+    ctx.provision([TopicSpec::new(topic.clone(), 1).with_max_record_bytes(1_000)]);
+    let fits = json!({ "p": "x".repeat(900) });
+    let over = json!({ "p": "x".repeat(1_001) });
+    assert_err!(
+        ctx.bus().publish(&topic, "k", &over),
+        BusError::TooLarge { limit: 1_000, ref topic, .. } if topic.ends_with("-t")
+    );
+    assert_err!(
+        ctx.bus().publish_idempotent(&topic, "k", &over, "u"),
+        BusError::TooLarge { .. }
+    );
+    assert!(fetch_all(ctx.bus(), &topic, 0, 0).is_empty());
+    let ack = ok("publish fits", ctx.bus().publish(&topic, "k", &fits));
+    assert_eq!(ack.offset, 0);
+    // The refused UID was not remembered.
+    let small = ok(
+        "publish",
+        ctx.bus().publish_idempotent(&topic, "k", &json!(1), "u"),
+    );
+    assert_eq!(small.offset, 1);
+    Ok(())
+}
+
+/// C12: the default 1 MiB limit holds.
+pub fn c12_default_limit_is_one_mib(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let over = json!("x".repeat(1024 * 1024));
+    assert_err!(
+        ctx.bus().publish(&topic, "k", &over),
+        BusError::TooLarge {
+            limit: 1_048_576,
+            ..
+        }
+    );
+    let big = json!("y".repeat(512 * 1024));
+    let ack = ok("publish 512 KiB", ctx.bus().publish(&topic, "k", &big));
+    assert_eq!(
+        ok("fetch", ctx.bus().fetch(&topic, 0, ack.offset, 1))[0].value,
+        big
+    );
+    Ok(())
+}
+
+fn round_trip_or_invalid(bus: &dyn EventBus, topic: &str, key: &str) {
+    match bus.publish(topic, key, &json!({"key": key})) {
+        Ok(ack) => {
+            assert_eq!(ack.partition, partition_for(key, 2));
+            let got = ok("fetch", bus.fetch(topic, ack.partition, ack.offset, 1));
+            assert_eq!(got[0].key, key, "key must round-trip exactly");
+        }
+        Err(BusError::InvalidArgument { .. }) => {}
+        Err(other) => {
+            panic!("key {key:?}: expected a round trip or InvalidArgument, got {other:?}")
+        }
+    }
+}
+
+/// C12: odd keys either round-trip exactly or fail as invalid arguments;
+/// never a panic or a partial record.
+pub fn c12_odd_keys(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let bus = ctx.bus();
+    let ack = ok("empty key", bus.publish(&topic, "", &json!(1)));
+    assert_eq!(
+        ok("fetch", bus.fetch(&topic, ack.partition, ack.offset, 1))[0].key,
+        ""
+    );
+    for key in [
+        "with space",
+        "ünïcödé-🔑",
+        "a.b.c",
+        "*",
+        ">",
+        "with\0nul",
+        "line\nbreak",
+        "tab\tkey",
+        "quote\"back\\slash",
+        &"k".repeat(1024),
+        &"k".repeat(100_000),
+    ] {
+        round_trip_or_invalid(bus, &topic, key);
+    }
+    let before: usize = (0..2).map(|p| fetch_all(bus, &topic, p, 0).len()).sum();
+    assert!(before >= 6);
+    Ok(())
+}
+
+/// C12: odd UIDs either work or fail as invalid arguments.
+pub fn c12_odd_uids(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    for uid in [
+        "a.b",
+        "*",
+        ">",
+        "with space",
+        "ü-🔑",
+        "nul\0",
+        &"u".repeat(2_000),
+    ] {
+        match ctx
+            .bus()
+            .publish_idempotent(&topic, "k", &json!({ "uid": uid }), uid)
+        {
+            Ok(ack) => {
+                let again = ok(
+                    "retry",
+                    ctx.bus().publish_idempotent(&topic, "k", &json!(0), uid),
+                );
+                assert_eq!(again, ack, "uid {uid:?} must deduplicate");
+                assert_eq!(
+                    ok("find", ctx.bus().find_event_by_uid(&topic, "k", uid)),
+                    Some(ack)
+                );
+            }
+            Err(BusError::InvalidArgument { .. }) => {}
+            Err(other) => panic!("uid {uid:?}: {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// C13: errors name what they are about and never carry the control key.
+pub fn c13_errors_name_the_subject_and_hide_secrets(ctx: &mut Ctx) -> CaseResult {
+    let key = [0x5a; 32];
+    ctx.set_control_key(key);
+    let topic = ctx.simple_topic("t", 2);
+    let ghost = ctx.topic("ghost");
+    let errors = [
+        ctx.bus().publish(&ghost, "k", &json!(1)).err(),
+        ctx.bus().fetch(&topic, 9, 0, 1).err(),
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &json!({"metadata": {"uid": "a"}}), "b")
+            .err(),
+    ];
+    let [Some(unknown), Some(partition), Some(mismatch)] = errors else {
+        panic!("expected three errors, got {errors:?}");
+    };
+    assert!(unknown.to_string().contains(&ghost), "{unknown}");
+    let text = partition.to_string();
+    assert!(text.contains(&topic) && text.contains('9'), "{text}");
+    assert!(mismatch.to_string().contains("uid"), "{mismatch}");
+    let secret_hex = "5a5a5a5a";
+    for error in [unknown, partition, mismatch] {
+        let shown = format!("{error} {error:?}").to_lowercase();
+        assert!(
+            !shown.contains(secret_hex) && !shown.contains("90, 90, 90"),
+            "{shown}"
+        );
+    }
+    Ok(())
+}

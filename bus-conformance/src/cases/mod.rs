@@ -1,0 +1,76 @@
+//! The cases, one or more per contract rule; names start with the rule.
+
+mod auth;
+mod concurrency;
+mod dedup;
+mod exclusive;
+mod input;
+mod offsets;
+mod provision;
+mod retention;
+
+pub use auth::*;
+pub use concurrency::*;
+pub use dedup::*;
+pub use exclusive::*;
+pub use input::*;
+pub use offsets::*;
+pub use provision::*;
+pub use retention::*;
+
+/// Every case's name, in suite order.
+pub const ALL: &[&str] = &crate::__for_each_case!([crate::__case_name_list]);
+
+/// Calls `$callback!($($prefix)*, case, case, ...)` with every case name;
+/// the single list the suite is generated from.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __for_each_case {
+    ([$($callback:tt)*] $(, $prefix:expr)?) => {
+        $($callback)*! { $($prefix,)?
+            c01_provision_creates_topics,
+            c01_provision_twice_is_noop,
+            c01_provision_conflict_names_both_values,
+            c01_conflicting_manifest_creates_nothing,
+            c01_bad_manifests_name_the_field,
+            c01_look_alike_names_are_distinct,
+            c01_provisioned_topics_survive_reopen,
+            c02_unknown_topic_is_refused_and_not_created,
+            c02_unknown_partition_is_an_error,
+            c03_keys_land_on_partition_for,
+            c04_offsets_start_at_zero_and_grow_by_one,
+            c04_ack_offset_is_the_stored_offset,
+            c04_offsets_continue_after_reopen,
+            c05_fetch_ranges_and_limits,
+            c05_fetch_at_end_returns_promptly,
+            c05_values_round_trip_exactly,
+            c05_paged_replay_is_complete,
+            c05_batch_publish_acks_in_order,
+            c06_retry_returns_original_ack,
+            c06_metadata_uid_dedups_plain_publish,
+            c06_uid_mismatch_is_invalid_argument,
+            c06_dedup_survives_reopen,
+            c06_concurrent_retries_store_one,
+            c07_find_by_uid,
+            c07_find_after_reopen,
+            c08_concurrent_publishers_get_distinct_offsets,
+            c08_concurrent_fetch_sees_gap_free_prefix,
+            c09_works_inside_tokio_runtimes,
+            c09_sixty_four_threads_at_once,
+            c11_maintenance_expires_and_keeps_offsets,
+            c11_offsets_not_reused_after_expiry_and_reopen,
+            c11_native_retention_expires,
+            c12_oversized_value_is_refused,
+            c12_default_limit_is_one_mib,
+            c12_bad_batch_stores_nothing,
+            c12_odd_keys,
+            c12_odd_uids,
+            c13_errors_name_the_subject_and_hide_secrets,
+            c14_signed_records_verify,
+            c14_forged_records_fail_with_integrity,
+            c14_correct_tag_from_outside_is_accepted,
+            c14_another_key_rejects_after_reopen,
+            c16_second_open_is_refused
+        }
+    };
+}

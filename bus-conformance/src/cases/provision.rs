@@ -1,0 +1,200 @@
+//! C1 provisioning and C2 no publishing into the void.
+
+use bus_core::{BatchRecord, BusError, Manifest, TopicSpec};
+use serde_json::json;
+
+use crate::util::{fetch_all, ok, publish_n};
+use crate::{CaseResult, Ctx, assert_err};
+
+/// C1: provisioning creates every listed topic with its partition count.
+pub fn c01_provision_creates_topics(ctx: &mut Ctx) -> CaseResult {
+    let (a, b) = (ctx.topic("a"), ctx.topic("b"));
+    ctx.provision([TopicSpec::new(a.clone(), 1), TopicSpec::new(b.clone(), 5)]);
+    let topics = ctx.bus().topics();
+    assert!(topics.contains(&a) && topics.contains(&b), "{topics:?}");
+    assert_eq!(ok("partitions", ctx.bus().partitions(&a)), 1);
+    assert_eq!(ok("partitions", ctx.bus().partitions(&b)), 5);
+    Ok(())
+}
+
+/// C1: provisioning twice is a no-op: records stay, offsets continue.
+pub fn c01_provision_twice_is_noop(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let first = publish_n(ctx.bus(), &topic, "k", 3);
+    ctx.provision([TopicSpec::new(topic.clone(), 2)]);
+    ctx.provision([TopicSpec::new(topic.clone(), 2)]);
+    let next = publish_n(ctx.bus(), &topic, "k", 1);
+    assert_eq!(next[0].offset, first[2].offset + 1);
+    assert_eq!(fetch_all(ctx.bus(), &topic, first[0].partition, 0).len(), 4);
+    Ok(())
+}
+
+/// C1: an existing topic with another partition count is a conflict naming
+/// both values, and nothing changes.
+pub fn c01_provision_conflict_names_both_values(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let result = ctx
+        .bus()
+        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 3)]));
+    assert_err!(
+        result,
+        BusError::Conflict { topic: ref t, ref property, ref existing, ref requested, .. }
+            if *t == topic && property == "partitions" && existing == "2" && requested == "3"
+    );
+    assert_eq!(ok("partitions", ctx.bus().partitions(&topic)), 2);
+    let fetched = ctx.bus().fetch(&topic, 2, 0, 1);
+    assert_err!(
+        fetched,
+        BusError::UnknownPartition {
+            partition: 2,
+            partitions: 2,
+            ..
+        }
+    );
+    Ok(())
+}
+
+/// C1: a manifest that conflicts on one topic creates none of its others.
+pub fn c01_conflicting_manifest_creates_nothing(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let fresh = ctx.topic("fresh");
+    let manifest = Manifest::new([TopicSpec::new(fresh.clone(), 1), TopicSpec::new(topic, 4)]);
+    assert_err!(ctx.bus().provision(&manifest), BusError::Conflict { .. });
+    assert_err!(ctx.bus().partitions(&fresh), BusError::UnknownTopic(_));
+    Ok(())
+}
+
+/// C1: bad manifests fail with an error naming the field, creating nothing.
+pub fn c01_bad_manifests_name_the_field(ctx: &mut Ctx) -> CaseResult {
+    let good = ctx.topic("good");
+    let cases: Vec<(TopicSpec, &str)> = vec![
+        (TopicSpec::new(ctx.topic("zero"), 0), "topics[1].partitions"),
+        (
+            TopicSpec::new(ctx.topic("many"), 1025),
+            "topics[1].partitions",
+        ),
+        (TopicSpec::new("", 1), "topics[1].name"),
+        (TopicSpec::new(".", 1), "topics[1].name"),
+        (TopicSpec::new("..", 1), "topics[1].name"),
+        (TopicSpec::new(ctx.topic("a/b"), 1), "topics[1].name"),
+        (TopicSpec::new(ctx.topic("a b"), 1), "topics[1].name"),
+        (TopicSpec::new(ctx.topic("a*"), 1), "topics[1].name"),
+        (
+            TopicSpec::new(ctx.topic(&"x".repeat(200)), 1),
+            "topics[1].name",
+        ),
+        (TopicSpec::new(good.clone(), 1), "topics[1].name"),
+        (
+            TopicSpec::new(ctx.topic("big"), 1).with_max_record_bytes(0),
+            "topics[1].max_record_bytes",
+        ),
+    ];
+    for (spec, field) in cases {
+        let manifest = Manifest::new([TopicSpec::new(good.clone(), 1), spec.clone()]);
+        let result = ctx.bus().provision(&manifest);
+        assert_err!(result, BusError::InvalidArgument { field: ref f, .. } if f == field);
+        assert_err!(ctx.bus().partitions(&good), BusError::UnknownTopic(_));
+        if !spec.name.is_empty() {
+            assert_err!(
+                ctx.bus().partitions(&spec.name),
+                BusError::UnknownTopic(_) | BusError::InvalidArgument { .. }
+            );
+        }
+    }
+    assert!(
+        !ctx.bus()
+            .topics()
+            .iter()
+            .any(|t| t.starts_with(&ctx.topic(""))),
+        "a refused manifest left topics behind"
+    );
+    let unknown = Manifest::parse("[[topics]]\nname = \"x\"\npartitions = 1\nsize = 3\n");
+    assert_err!(unknown, BusError::InvalidArgument { .. });
+    Ok(())
+}
+
+/// C1: legal but look-alike names are distinct topics (they map to files,
+/// stream names and Kafka topics without colliding).
+pub fn c01_look_alike_names_are_distinct(ctx: &mut Ctx) -> CaseResult {
+    let names = ["x", "x.0", "x_0", "X", "x-0", "x..0"].map(|base| ctx.topic(base));
+    ctx.provision(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| TopicSpec::new(name.clone(), u32::try_from(i).unwrap_or(0) + 1)),
+    );
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(ok("partitions", ctx.bus().partitions(name)) as usize, i + 1);
+        ok(
+            "publish",
+            ctx.bus().publish(name, "k", &json!({ "topic": name })),
+        );
+    }
+    for name in &names {
+        let partitions = ok("partitions", ctx.bus().partitions(name));
+        let all: Vec<_> = (0..partitions)
+            .flat_map(|p| fetch_all(ctx.bus(), name, p, 0))
+            .collect();
+        assert_eq!(all.len(), 1, "{name} holds {all:?}");
+        assert_eq!(all[0].value, json!({ "topic": name }));
+    }
+    Ok(())
+}
+
+/// C1: what one bus provisioned, a reopened bus sees and verifies.
+pub fn c01_provisioned_topics_survive_reopen(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 3);
+    ctx.reopen()?;
+    assert!(ctx.bus().topics().contains(&topic));
+    assert_eq!(ok("partitions", ctx.bus().partitions(&topic)), 3);
+    ctx.provision([TopicSpec::new(topic.clone(), 3)]);
+    let result = ctx
+        .bus()
+        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 4)]));
+    assert_err!(result, BusError::Conflict { .. });
+    Ok(())
+}
+
+/// C2: every operation on an unprovisioned topic is `UnknownTopic`, and
+/// none of them creates it.
+pub fn c02_unknown_topic_is_refused_and_not_created(ctx: &mut Ctx) -> CaseResult {
+    let ghost = ctx.topic("ghost");
+    let bus = ctx.bus();
+    let value = json!({"x": 1});
+    assert_err!(bus.publish(&ghost, "k", &value), BusError::UnknownTopic(ref t) if *t == ghost);
+    assert_err!(
+        bus.publish_idempotent(&ghost, "k", &value, "u-1"),
+        BusError::UnknownTopic(_)
+    );
+    assert_err!(
+        bus.publish_batch(&ghost, &[BatchRecord::new("k", value.clone())]),
+        BusError::UnknownTopic(_)
+    );
+    assert_err!(bus.fetch(&ghost, 0, 0, 10), BusError::UnknownTopic(_));
+    assert_err!(bus.partitions(&ghost), BusError::UnknownTopic(_));
+    assert_err!(
+        bus.find_event_by_uid(&ghost, "k", "u-1"),
+        BusError::UnknownTopic(_)
+    );
+    assert!(!bus.topics().contains(&ghost));
+    // Still unknown afterwards, also to a new bus: nothing was left behind.
+    assert_err!(bus.publish(&ghost, "k", &value), BusError::UnknownTopic(_));
+    if ctx.reopen().is_ok() {
+        assert_err!(ctx.bus().partitions(&ghost), BusError::UnknownTopic(_));
+        assert!(!ctx.bus().topics().contains(&ghost));
+    }
+    Ok(())
+}
+
+/// C2: a partition outside `0..N` is its own error, not an empty read.
+pub fn c02_unknown_partition_is_an_error(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 3);
+    publish_n(ctx.bus(), &topic, "k", 2);
+    for partition in [3, 4, 1000, u32::MAX] {
+        assert_err!(
+            ctx.bus().fetch(&topic, partition, 0, 10),
+            BusError::UnknownPartition { partition: p, partitions: 3, .. } if p == partition
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! What a backend provides to run the suite.
+
+use bus_core::{BusError, EventBus};
+
+/// Why a harness cannot run here (its broker is not configured or reachable).
+#[derive(Debug, Clone)]
+pub struct Unavailable(pub String);
+
+/// A record written around the bus, as a foreign client (or an attacker with
+/// write access to the storage) would: no signing, no checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    /// Partition key.
+    pub key: String,
+    /// Event UID, if any.
+    pub uid: Option<String>,
+    /// Value bytes as they would be stored.
+    pub value: Vec<u8>,
+    /// Authentication tag, if any.
+    pub tag: Option<Vec<u8>>,
+}
+
+/// How the suite reaches a backend.
+pub trait Harness {
+    /// Backend name, for messages.
+    fn backend(&self) -> &'static str;
+
+    /// A fresh, empty namespace (temp directory, topic prefix) for one case,
+    /// or why the backend is not available here.
+    fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable>;
+}
+
+/// One case's storage: every [`Namespace::open`] reaches the same data.
+pub trait Namespace {
+    /// Opens a bus on this namespace's storage.
+    fn open(&mut self) -> Result<Box<dyn EventBus>, BusError>;
+
+    /// Whether a closed bus can be opened again with its data (false for a
+    /// backend whose data lives and dies with one handle).
+    fn can_reopen(&self) -> bool {
+        true
+    }
+
+    /// Appends `raw` to `topic`/`partition` without the bus. The harness may
+    /// close the bus for this (set `bus` to `None`); the suite then reopens
+    /// it. [`BusError::Unsupported`] makes the calling case not applicable.
+    fn inject_raw(
+        &mut self,
+        _bus: &mut Option<Box<dyn EventBus>>,
+        _topic: &str,
+        _partition: u32,
+        _raw: &RawRecord,
+    ) -> Result<(), BusError> {
+        Err(BusError::Unsupported {
+            operation: "inject_raw".to_owned(),
+            backend: "harness".to_owned(),
+        })
+    }
+}

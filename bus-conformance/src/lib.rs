@@ -1,0 +1,245 @@
+//! The one conformance suite every bus backend passes: a library of case
+//! functions (one or more per rule of the contract, C1–C16) and the
+//! [`suite!`] macro that turns them into one `#[test]` per case for a
+//! backend.
+//!
+//! A backend plugs in with a [`Harness`] (how to get a fresh namespace: a
+//! temp directory, a topic prefix) and one line:
+//!
+//! ```ignore
+//! bus_conformance::suite!(MyHarness::default());
+//! ```
+//!
+//! Broker-backed harnesses report [`Unavailable`] when their broker is not
+//! configured: the case prints a loud `SKIPPED` line (past the test
+//! harness's output capture) and passes, unless `BUS_REQUIRE_BROKERS=1`, in
+//! which case it fails.
+
+use std::io::Write as _;
+
+pub use bus_core;
+use bus_core::{BusError, Capabilities, EventBus, Manifest, TopicSpec};
+
+#[macro_use]
+pub mod cases;
+mod harness;
+pub mod util;
+
+pub use harness::{Harness, Namespace, RawRecord, Unavailable};
+
+/// Why a case does not apply to a backend (a capability it lacks).
+#[derive(Debug)]
+pub struct NotApplicable(pub String);
+
+/// What a case returns: `Ok` when it ran (failures panic), or why it did not apply.
+pub type CaseResult = Result<(), NotApplicable>;
+
+/// A case of the suite.
+pub type Case = fn(&mut Ctx) -> CaseResult;
+
+/// Whether `BUS_REQUIRE_BROKERS=1` is set (CI and the README's test command).
+pub fn brokers_required() -> bool {
+    std::env::var("BUS_REQUIRE_BROKERS").is_ok_and(|value| value == "1")
+}
+
+/// Writes a line to the real stderr, past libtest's capture, so skips are seen.
+pub fn loud(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// What one case sees: its own bus, namespace and topic prefix.
+pub struct Ctx {
+    backend: &'static str,
+    namespace: Box<dyn Namespace>,
+    bus: Option<Box<dyn EventBus>>,
+    prefix: String,
+    control_key: Option<[u8; 32]>,
+}
+
+impl Ctx {
+    /// Opens the namespace's first bus.
+    pub fn new(backend: &'static str, mut namespace: Box<dyn Namespace>) -> Result<Self, BusError> {
+        let bus = namespace.open()?;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        Ok(Self {
+            backend,
+            namespace,
+            bus: Some(bus),
+            prefix: format!("c{}", &id[..12]),
+            control_key: None,
+        })
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The case's bus.
+    ///
+    /// # Panics
+    /// If a failed reopen left no bus.
+    pub fn bus(&self) -> &dyn EventBus {
+        match &self.bus {
+            Some(bus) => bus.as_ref(),
+            None => panic!("the bus was closed by a failed reopen"),
+        }
+    }
+
+    /// A topic name private to this case.
+    pub fn topic(&self, base: &str) -> String {
+        format!("{}-{base}", self.prefix)
+    }
+
+    /// The bus's capabilities report.
+    pub fn caps(&self) -> Capabilities {
+        self.bus().capabilities()
+    }
+
+    /// `Ok` when `yes`, else not applicable because of `why`.
+    pub fn require(&self, yes: bool, why: &str) -> CaseResult {
+        if yes {
+            Ok(())
+        } else {
+            Err(NotApplicable(why.to_owned()))
+        }
+    }
+
+    /// Provisions `specs` and returns their names.
+    ///
+    /// # Panics
+    /// If provisioning fails.
+    pub fn provision(&self, specs: impl IntoIterator<Item = TopicSpec>) {
+        let manifest = Manifest::new(specs);
+        if let Err(error) = self.bus().provision(&manifest) {
+            panic!("provision {manifest:?} failed: {error}");
+        }
+    }
+
+    /// Provisions one topic `base` with `partitions` and returns its name.
+    pub fn simple_topic(&self, base: &str, partitions: u32) -> String {
+        let name = self.topic(base);
+        self.provision([TopicSpec::new(name.clone(), partitions)]);
+        name
+    }
+
+    /// Sets the control key on the bus, and on every bus reopened later.
+    ///
+    /// # Panics
+    /// If the backend refuses the key.
+    pub fn set_control_key(&mut self, key: [u8; 32]) {
+        self.control_key = Some(key);
+        if let Err(error) = self.bus().set_control_key(key) {
+            panic!("set_control_key failed: {error}");
+        }
+    }
+
+    /// Forgets the remembered control key (the current bus keeps its own).
+    pub fn forget_control_key(&mut self) {
+        self.control_key = None;
+    }
+
+    /// Closes the bus and opens it again on the same storage, as a new
+    /// process would.
+    ///
+    /// # Panics
+    /// If the reopen fails.
+    pub fn reopen(&mut self) -> CaseResult {
+        self.require(
+            self.namespace.can_reopen(),
+            "the backend cannot be reopened",
+        )?;
+        self.bus = None;
+        let bus = match self.namespace.open() {
+            Ok(bus) => bus,
+            Err(error) => panic!("reopen failed: {error}"),
+        };
+        if let Some(key) = self.control_key {
+            if let Err(error) = bus.set_control_key(key) {
+                panic!("set_control_key after reopen failed: {error}");
+            }
+        }
+        self.bus = Some(bus);
+        Ok(())
+    }
+
+    /// Opens a second bus on the same storage while the first is alive.
+    pub fn open_second(&mut self) -> Result<Box<dyn EventBus>, BusError> {
+        self.namespace.open()
+    }
+
+    /// Writes `raw` into a partition around the bus, as a foreign client would.
+    pub fn inject_raw(&mut self, topic: &str, partition: u32, raw: &RawRecord) -> CaseResult {
+        match self
+            .namespace
+            .inject_raw(&mut self.bus, topic, partition, raw)
+        {
+            Ok(()) => {}
+            Err(BusError::Unsupported { .. }) => {
+                return Err(NotApplicable(
+                    "the harness cannot write raw records".to_owned(),
+                ));
+            }
+            Err(error) => panic!("inject_raw failed: {error}"),
+        }
+        if self.bus.is_none() {
+            self.reopen()?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `case` against a fresh namespace of `harness`; called by [`suite!`].
+///
+/// # Panics
+/// When the case fails, or its broker is missing while [`brokers_required`].
+pub fn run<H: Harness>(harness: &H, name: &str, case: Case) {
+    let backend = harness.backend();
+    let namespace = match harness.namespace() {
+        Ok(namespace) => namespace,
+        Err(Unavailable(why)) => {
+            if brokers_required() {
+                panic!("{backend}::{name}: BUS_REQUIRE_BROKERS=1 but {why}");
+            }
+            loud(&format!("SKIPPED {backend}::{name}: {why}"));
+            return;
+        }
+    };
+    let mut ctx = match Ctx::new(backend, namespace) {
+        Ok(ctx) => ctx,
+        Err(error) => panic!("{backend}::{name}: opening the bus failed: {error}"),
+    };
+    if let Err(NotApplicable(why)) = case(&mut ctx) {
+        loud(&format!("N/A {backend}::{name}: {why}"));
+    }
+}
+
+/// Expands to one `#[test]` per case of the suite, run against `$harness`
+/// (an expression evaluated afresh for each test).
+#[macro_export]
+macro_rules! suite {
+    ($harness:expr) => {
+        $crate::__for_each_case!([$crate::__case_test], $harness);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_test {
+    ($harness:expr, $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::run(&$harness, stringify!($name), $crate::cases::$name);
+            }
+        )*
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_name_list {
+    ($($name:ident),*) => {
+        [$(stringify!($name)),*]
+    };
+}

@@ -1,0 +1,113 @@
+//! Helpers shared by the cases and by backends' own tests.
+
+use std::time::{Duration, Instant};
+
+use bus_core::{BusError, EventBus, PublishAck, StoredEvent, partition_for};
+
+/// Polls `condition` until it returns `Some`, or panics after `deadline`
+/// naming `what`. The pause between polls grows from 1 ms to 50 ms.
+///
+/// # Panics
+/// When the deadline passes.
+pub fn poll_until<T>(
+    what: &str,
+    deadline: Duration,
+    mut condition: impl FnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(value) = condition() {
+            return value;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        std::thread::park_timeout(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Every record of a partition from `from`, in pages of 100.
+///
+/// # Panics
+/// On a fetch error or a page that does not continue the previous one.
+pub fn fetch_all(bus: &dyn EventBus, topic: &str, partition: u32, from: u64) -> Vec<StoredEvent> {
+    let mut out: Vec<StoredEvent> = Vec::new();
+    let mut offset = from;
+    loop {
+        let page = bus
+            .fetch(topic, partition, offset, 100)
+            .unwrap_or_else(|error| panic!("fetch {topic}/{partition}@{offset}: {error}"));
+        let Some(last) = page.last() else {
+            return out;
+        };
+        assert!(page[0].offset >= offset, "fetch went backwards");
+        offset = last.offset + 1;
+        out.extend(page);
+    }
+}
+
+/// Asserts `events` have ascending offsets without holes.
+///
+/// # Panics
+/// On a hole or a repeat.
+pub fn assert_contiguous(events: &[StoredEvent]) {
+    for pair in events.windows(2) {
+        assert_eq!(
+            pair[1].offset,
+            pair[0].offset + 1,
+            "offsets must be contiguous: {} then {}",
+            pair[0].offset,
+            pair[1].offset
+        );
+    }
+}
+
+/// The key of the first `key-N` (N from 0) that lands on `partition` of `n`.
+///
+/// # Panics
+/// Never in practice: FNV spreads well within 100,000 tries.
+pub fn key_for_partition(prefix: &str, partition: u32, n: u32) -> String {
+    (0..100_000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|key| partition_for(key, n) == partition)
+        .unwrap_or_else(|| panic!("no key for partition {partition} of {n}"))
+}
+
+/// Publishes `count` values `{"n": i}` under `key` and returns the acks.
+///
+/// # Panics
+/// On a publish error.
+pub fn publish_n(bus: &dyn EventBus, topic: &str, key: &str, count: usize) -> Vec<PublishAck> {
+    (0..count)
+        .map(|n| {
+            bus.publish(topic, key, &serde_json::json!({ "n": n }))
+                .unwrap_or_else(|error| panic!("publish #{n} to {topic}: {error}"))
+        })
+        .collect()
+}
+
+/// Asserts `result` is an error matching `pattern`, printing what it was otherwise.
+#[macro_export]
+macro_rules! assert_err {
+    ($result:expr, $pattern:pat $(if $guard:expr)?) => {
+        match $result {
+            Err($pattern) $(if $guard)? => {}
+            other => panic!(
+                "expected Err({}), got {:?}",
+                stringify!($pattern),
+                other.map(|_| "Ok(..)")
+            ),
+        }
+    };
+}
+
+/// Extracts `Ok`, panicking with the error and `what`.
+///
+/// # Panics
+/// On `Err`.
+pub fn ok<T>(what: &str, result: Result<T, BusError>) -> T {
+    result.unwrap_or_else(|error| panic!("{what}: {error} ({error:?})"))
+}

@@ -1,0 +1,185 @@
+//! The `EventBus` trait: the portability boundary every backend implements.
+
+use crate::{BusError, Capabilities, Manifest, PublishAck, StoredEvent, partition_for};
+
+/// One record of a batch publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchRecord {
+    /// Partition key.
+    pub key: String,
+    /// The event payload.
+    pub value: serde_json::Value,
+    /// Stable event UID for deduplication, if any.
+    pub uid: Option<String>,
+}
+
+impl BatchRecord {
+    /// A record without an explicit UID.
+    pub fn new(key: impl Into<String>, value: serde_json::Value) -> Self {
+        Self {
+            key: key.into(),
+            value,
+            uid: None,
+        }
+    }
+
+    /// Sets the UID.
+    #[must_use]
+    pub fn with_uid(mut self, uid: impl Into<String>) -> Self {
+        self.uid = Some(uid.into());
+        self
+    }
+}
+
+/// Publish/consume abstraction. Synchronous by design: the harness calls it
+/// from worker threads (never the hot path), and network backends manage
+/// their own I/O runtime internally.
+///
+/// The required methods and the first four provided ones are exactly those of
+/// the reference trait, so code written against it compiles unchanged; the
+/// rest are provided methods with conservative defaults.
+pub trait EventBus: Send + Sync {
+    /// Configure the signer-derived key used for authenticated local controls.
+    fn set_control_key(&self, _key: [u8; 32]) -> Result<(), BusError> {
+        Ok(())
+    }
+
+    /// Publish `value` onto `topic`, partitioned by `key`. Returns the ack.
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError>;
+
+    /// Publish a stable event UID. Backends with native or local deduplication
+    /// override this method; the default preserves compatibility while the UID
+    /// remains embedded in the event payload for downstream deduplication.
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        _event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        self.publish(topic, key, value)
+    }
+
+    /// Locate an already committed event by stable UID during crash recovery.
+    ///
+    /// The default scans the key's partition from offset 0; every backend of
+    /// this workspace overrides it with an indexed lookup.
+    fn find_event_by_uid(
+        &self,
+        topic: &str,
+        key: &str,
+        event_uid: &str,
+    ) -> Result<Option<PublishAck>, BusError> {
+        let partition = partition_for(key, self.partitions(topic)?);
+        let mut offset = 0u64;
+        loop {
+            let events = self.fetch(topic, partition, offset, 1_024)?;
+            let Some(last) = events.last() else {
+                return Ok(None);
+            };
+            if let Some(found) = events
+                .iter()
+                .find(|event| crate::embedded_uid(&event.value) == Some(event_uid))
+            {
+                return Ok(Some(PublishAck {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset: found.offset,
+                }));
+            }
+            let next = last
+                .offset
+                .checked_add(1)
+                .ok_or_else(|| BusError::Backend("event lookup offset overflow".to_owned()))?;
+            if next <= offset {
+                return Err(BusError::Backend(
+                    "event lookup made no offset progress".to_owned(),
+                ));
+            }
+            offset = next;
+        }
+    }
+
+    /// Read up to `max` events from `topic`/`partition` starting at `offset`
+    /// (ordered replay).
+    fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError>;
+
+    /// Number of partitions configured for `topic`.
+    fn partitions(&self, topic: &str) -> Result<u32, BusError>;
+
+    /// Topics currently provisioned.
+    fn topics(&self) -> Vec<String>;
+
+    /// Run backend maintenance such as hot-retention expiry. Managed brokers
+    /// may return zero when retention is enforced natively.
+    fn maintenance(&self, _now_ms: u64) -> Result<u64, BusError> {
+        Ok(0)
+    }
+
+    /// Creates the manifest's missing topics and verifies the existing ones
+    /// (contract C1). Running it twice is a no-op.
+    fn provision(&self, _manifest: &Manifest) -> Result<(), BusError> {
+        Err(BusError::Unsupported {
+            operation: "provision".to_owned(),
+            backend: self.capabilities().backend.to_owned(),
+        })
+    }
+
+    /// What this backend promises.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal("unknown")
+    }
+
+    /// Publishes `records` onto `topic` in order, returning one ack per
+    /// record. The default publishes one at a time and stops at the first
+    /// error; backends override it with a pipelined or single-write version.
+    fn publish_batch(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        records
+            .iter()
+            .map(|record| match &record.uid {
+                Some(uid) => self.publish_idempotent(topic, &record.key, &record.value, uid),
+                None => self.publish(topic, &record.key, &record.value),
+            })
+            .collect()
+    }
+}
+
+/// Conveniences over any [`EventBus`], by blanket impl.
+pub trait EventBusExt: EventBus {
+    /// Every retained record of a partition from `offset` on, fetched in
+    /// pages of `page` records.
+    fn fetch_all(
+        &self,
+        topic: &str,
+        partition: u32,
+        mut offset: u64,
+        page: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let mut out = Vec::new();
+        loop {
+            let events = self.fetch(topic, partition, offset, page.max(1))?;
+            let Some(last) = events.last() else {
+                return Ok(out);
+            };
+            offset = last.offset.saturating_add(1);
+            out.extend(events);
+        }
+    }
+}
+
+impl<T: EventBus + ?Sized> EventBusExt for T {}

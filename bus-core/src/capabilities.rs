@@ -1,0 +1,88 @@
+//! What a backend can promise, so callers and the suite know which rules apply.
+
+/// How long a backend remembers a UID for deduplication (contract C6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DedupHorizon {
+    /// As long as the record is retained.
+    Retained,
+    /// At least the topic's `dedup_window_ms`.
+    Window,
+}
+
+/// A backend's capabilities report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Backend name (`memory`, `embedded`, `nats`, `kafka`).
+    pub backend: &'static str,
+    /// Records survive a reopen of the bus (another handle / process).
+    pub durable: bool,
+    /// How long UIDs are remembered.
+    pub dedup_horizon: DedupHorizon,
+    /// `maintenance(now_ms)` expires records by the manifest's retention.
+    pub maintenance_retention: bool,
+    /// The broker enforces retention by itself (NATS `max_age`, Kafka `retention.ms`).
+    pub native_retention: bool,
+    /// A second open of the same storage is refused (contract C16).
+    pub exclusive_open: bool,
+    /// `publish_batch` is pipelined or written as one unit.
+    pub native_batch: bool,
+}
+
+impl Capabilities {
+    /// A report for `backend` with nothing promised beyond the trait.
+    pub fn minimal(backend: &'static str) -> Self {
+        Self {
+            backend,
+            durable: false,
+            dedup_horizon: DedupHorizon::Window,
+            maintenance_retention: false,
+            native_retention: false,
+            exclusive_open: false,
+            native_batch: false,
+        }
+    }
+
+    /// Sets `durable`.
+    #[must_use]
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
+        self
+    }
+
+    /// Sets `dedup_horizon`.
+    #[must_use]
+    pub fn dedup_horizon(mut self, horizon: DedupHorizon) -> Self {
+        self.dedup_horizon = horizon;
+        self
+    }
+
+    /// Sets `maintenance_retention`.
+    #[must_use]
+    pub fn maintenance_retention(mut self, yes: bool) -> Self {
+        self.maintenance_retention = yes;
+        self
+    }
+
+    /// Sets `native_retention`.
+    #[must_use]
+    pub fn native_retention(mut self, yes: bool) -> Self {
+        self.native_retention = yes;
+        self
+    }
+
+    /// Sets `exclusive_open`.
+    #[must_use]
+    pub fn exclusive_open(mut self, yes: bool) -> Self {
+        self.exclusive_open = yes;
+        self
+    }
+
+    /// Sets `native_batch`.
+    #[must_use]
+    pub fn native_batch(mut self, yes: bool) -> Self {
+        self.native_batch = yes;
+        self
+    }
+}

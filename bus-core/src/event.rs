@@ -1,0 +1,67 @@
+//! The acknowledgement and stored-record types, with the reference serde shapes.
+
+use serde::{Deserialize, Serialize};
+
+/// Acknowledgment for a published event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PublishAck {
+    /// Topic the event landed on.
+    pub topic: String,
+    /// Partition index (derived from the partition key).
+    pub partition: u32,
+    /// Partition-local offset of the stored record: starts at 0 and grows by
+    /// one per stored record on every backend.
+    pub offset: u64,
+}
+
+/// An event as stored/replayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Partition index.
+    pub partition: u32,
+    /// Partition-local offset (see [`PublishAck::offset`]).
+    pub offset: u64,
+    /// Partition key.
+    pub key: String,
+    /// The event payload.
+    pub value: serde_json::Value,
+    /// Broker-assigned append timestamp (epoch ms).
+    pub stored_at: u64,
+}
+
+/// The UID carried in a value's `metadata.uid`, when it is a string.
+pub fn embedded_uid(value: &serde_json::Value) -> Option<&str> {
+    value
+        .get("metadata")
+        .and_then(|metadata| metadata.get("uid"))
+        .and_then(serde_json::Value::as_str)
+}
+
+/// The UID a publish stores under: the explicit one, checked against the
+/// value's `metadata.uid` (a mismatch is an argument error), else the
+/// embedded one.
+pub fn resolve_uid<'a>(
+    value: &'a serde_json::Value,
+    explicit: Option<&'a str>,
+) -> Result<Option<&'a str>, crate::BusError> {
+    let embedded = embedded_uid(value);
+    match (explicit, embedded) {
+        (Some(given), Some(inner)) if given != inner => Err(crate::BusError::invalid(
+            "event_uid",
+            format!(
+                "{given:?} differs from the value's metadata.uid {inner:?}; pass the same UID or drop one"
+            ),
+        )),
+        (Some(""), _) => Err(crate::BusError::invalid("event_uid", "must not be empty")),
+        (Some(given), _) => Ok(Some(given)),
+        (None, inner) => Ok(inner.filter(|uid| !uid.is_empty())),
+    }
+}
+
+/// Milliseconds since the Unix epoch, by the system clock.
+pub fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}

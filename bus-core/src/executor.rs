@@ -1,0 +1,339 @@
+//! The connector executor: a dedicated thread owning a single-worker tokio
+//! runtime, through which network backends run their async clients for
+//! synchronous callers (contract C9). Callers never `block_on` on their own
+//! thread, so the bus works the same from a plain thread and from inside any
+//! tokio runtime.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::BusError;
+
+/// Operation timeout when none is configured (contract C10).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many submitted operations may wait for the connector thread.
+const COMMAND_CAPACITY: usize = 1_024;
+
+/// Extra wait past an operation's own timeout before the caller gives up on
+/// a wedged runtime.
+const GRACE: Duration = Duration::from_millis(500);
+
+type Task = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+enum Command {
+    Run(Task),
+    Shutdown,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The id of the executor whose threads this is, 0 elsewhere.
+    static OWNER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Runs futures on a private runtime for synchronous callers.
+///
+/// ```
+/// let executor = bus_core::ConnectorExecutor::new("doc-connector").unwrap();
+/// assert_eq!(executor.run(|| async { 40 + 2 }).unwrap(), 42);
+/// ```
+pub struct ConnectorExecutor {
+    id: u64,
+    name: String,
+    timeout: Duration,
+    sender: SyncSender<Command>,
+    handle: tokio::runtime::Handle,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for ConnectorExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectorExecutor")
+            .field("name", &self.name)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnectorExecutor {
+    /// Starts the thread `name` with the default timeout.
+    pub fn new(name: &str) -> Result<Self, BusError> {
+        Self::with_timeout(name, DEFAULT_TIMEOUT)
+    }
+
+    /// Starts the thread `name`; every operation is bounded by `timeout`.
+    pub fn with_timeout(name: &str, timeout: Duration) -> Result<Self, BusError> {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<Command>(COMMAND_CAPACITY);
+        let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
+        let worker_name = format!("{name}-rt");
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                OWNER.with(|owner| owner.set(id));
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name(worker_name)
+                    .on_thread_start(move || OWNER.with(|owner| owner.set(id)))
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(runtime) => {
+                        let _ = ready_sender.send(Ok(runtime.handle().clone()));
+                        serve(&runtime, &receiver);
+                        runtime.shutdown_timeout(Duration::from_secs(5));
+                    }
+                    Err(error) => {
+                        let _ = ready_sender.send(Err(error));
+                    }
+                }
+            })?;
+        let handle = match ready_receiver.recv() {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(error)) => {
+                let _ = thread.join();
+                return Err(BusError::Io(error));
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(BusError::Backend(format!(
+                    "connector thread {name:?} died while starting its runtime"
+                )));
+            }
+        };
+        Ok(Self {
+            id,
+            name: name.to_owned(),
+            timeout,
+            sender,
+            handle,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The per-operation timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A handle to the runtime, for spawning background tasks.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+
+    /// Runs `operation` on the connector runtime and waits for its output,
+    /// bounded by the executor's timeout.
+    pub fn run<F, Fut, T>(&self, operation: F) -> Result<T, BusError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run_bounded("connector operation", self.timeout, operation)
+    }
+
+    /// Runs `operation` bounded by `timeout`; a timeout is reported as
+    /// [`BusError::Timeout`] naming `what`.
+    pub fn run_bounded<F, Fut, T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        operation: F,
+    ) -> Result<T, BusError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        if OWNER.with(Cell::get) == self.id {
+            return Err(BusError::Backend(format!(
+                "{what} was called from a thread of connector {:?}, which would deadlock; call the bus from another thread",
+                self.name
+            )));
+        }
+        let timed_out = || BusError::Timeout {
+            operation: what.to_owned(),
+            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let (result_sender, result_receiver) = std::sync::mpsc::sync_channel(1);
+        let task: Task = Box::pin(async move {
+            let result = tokio::time::timeout(timeout, operation()).await;
+            let _ = result_sender.send(result.ok());
+        });
+        self.sender
+            .send(Command::Run(task))
+            .map_err(|_| BusError::Backend(format!("connector {:?} is shut down", self.name)))?;
+        match result_receiver.recv_timeout(timeout + GRACE) {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) | Err(RecvTimeoutError::Timeout) => Err(timed_out()),
+            Err(RecvTimeoutError::Disconnected) => Err(BusError::Backend(format!(
+                "connector {:?} dropped {what} before it finished",
+                self.name
+            ))),
+        }
+    }
+}
+
+fn serve(runtime: &tokio::runtime::Runtime, receiver: &Receiver<Command>) {
+    while let Ok(command) = receiver.recv() {
+        match command {
+            Command::Run(task) => {
+                runtime.spawn(task);
+            }
+            Command::Shutdown => break,
+        }
+    }
+}
+
+impl Drop for ConnectorExecutor {
+    fn drop(&mut self) {
+        let _ = self.sender.send(Command::Shutdown);
+        let thread = match self.thread.get_mut() {
+            Ok(slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(thread) = thread {
+            // Dropping from the connector's own thread cannot join itself.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// Shares one executor between a backend's parts.
+pub type SharedExecutor = Arc<ConnectorExecutor>;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn live_threads_named(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .filter_map(Result::ok)
+                    .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+                    .filter(|comm| comm.trim_end().starts_with(prefix))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn safe_inside_a_multi_thread_runtime() {
+        let outer = tokio::runtime::Runtime::new().unwrap();
+        outer.block_on(async {
+            let connector = ConnectorExecutor::new("t-multi").unwrap();
+            assert_eq!(connector.run(|| async { 41u64 }).unwrap(), 41);
+            assert_eq!(connector.run(|| async { 42u64 }).unwrap(), 42);
+        });
+    }
+
+    #[test]
+    fn safe_inside_a_current_thread_runtime() {
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        outer.block_on(async {
+            let connector = ConnectorExecutor::new("t-current").unwrap();
+            let slept = connector
+                .run(|| async {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    7u8
+                })
+                .unwrap();
+            assert_eq!(slept, 7);
+        });
+    }
+
+    #[test]
+    fn operations_overlap() {
+        let connector = Arc::new(ConnectorExecutor::new("t-overlap").unwrap());
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = (1..=2u64)
+                .map(|n| {
+                    let connector = Arc::clone(&connector);
+                    let barrier = Arc::clone(&barrier);
+                    scope.spawn(move || {
+                        connector
+                            .run(move || async move {
+                                barrier.wait().await;
+                                n
+                            })
+                            .unwrap()
+                    })
+                })
+                .collect();
+            let sum: u64 = runs.into_iter().map(|run| run.join().unwrap()).sum();
+            assert_eq!(sum, 3);
+        });
+    }
+
+    #[test]
+    fn a_stuck_operation_times_out() {
+        let connector =
+            ConnectorExecutor::with_timeout("t-timeout", Duration::from_millis(50)).unwrap();
+        let started = std::time::Instant::now();
+        let error = connector.run(|| std::future::pending::<()>()).unwrap_err();
+        assert!(
+            matches!(error, BusError::Timeout { after_ms: 50, .. }),
+            "{error:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The executor still serves after a timeout.
+        assert_eq!(connector.run(|| async { 1 }).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_call_from_its_own_runtime_errors_instead_of_deadlocking() {
+        let connector = Arc::new(ConnectorExecutor::new("t-reentry").unwrap());
+        let inner = Arc::clone(&connector);
+        let nested = connector
+            .run(move || async move {
+                let result = inner.run(|| async { 0 });
+                drop(inner);
+                result
+            })
+            .unwrap();
+        assert!(matches!(nested, Err(BusError::Backend(_))), "{nested:?}");
+    }
+
+    #[test]
+    fn drop_joins_every_thread() {
+        let connector = ConnectorExecutor::new("t-dropjoin").unwrap();
+        connector
+            .run(|| async { tokio::task::spawn_blocking(|| ()).await })
+            .unwrap()
+            .unwrap();
+        assert!(live_threads_named("t-dropjoin") >= 2);
+        drop(connector);
+        // Tokio joins only the last blocking thread to exit; the others are
+        // past their final step but may take a moment to leave the task list.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while live_threads_named("t-dropjoin") > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "threads outlived drop"
+            );
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn debug_shows_name_only() {
+        let connector = ConnectorExecutor::new("t-debug").unwrap();
+        assert!(format!("{connector:?}").contains("t-debug"));
+    }
+}

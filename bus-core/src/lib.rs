@@ -1,0 +1,35 @@
+//! The core of `bus`: the [`EventBus`] trait every backend implements, its
+//! [`PublishAck`] / [`StoredEvent`] types, the one [`BusError`], the
+//! partitioner [`partition_for`], the topic [`Manifest`], record
+//! authentication and the [`ConnectorExecutor`] that network backends run
+//! their async clients on.
+//!
+//! ```
+//! use bus_core::{partition_for, Manifest, TopicSpec};
+//!
+//! let manifest = Manifest::new([TopicSpec::new("audit", 8)]);
+//! manifest.validate().unwrap();
+//! assert!(partition_for("agent-1", 8) < 8);
+//! ```
+
+pub mod auth;
+mod bus;
+mod capabilities;
+mod error;
+mod event;
+pub mod executor;
+mod manifest;
+mod partition;
+pub mod record;
+
+pub use bus::{BatchRecord, EventBus, EventBusExt};
+pub use capabilities::{Capabilities, DedupHorizon};
+pub use error::BusError;
+pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
+pub use executor::ConnectorExecutor;
+pub use manifest::{
+    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT,
+    Manifest, TopicSpec, validate_topic_name,
+};
+pub use partition::{fnv1a64, partition_for};
+pub use record::{check_partition, encode_value, validate_key, validate_uid};

@@ -1,0 +1,385 @@
+//! The in-memory backend: everything the contract asks except durability.
+//! It is the reference the suite is proven on, and what users put in their
+//! own unit tests.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
+use bus_core::{
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PublishAck, StoredEvent,
+    TopicSpec, check_partition, encode_value, now_ms, partition_for, resolve_uid, validate_key,
+    validate_uid,
+};
+
+/// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
+/// which is how tests model a second process attaching to the same bus.
+///
+/// ```
+/// use bus::memory::MemoryBus;
+/// use bus_core::{EventBus, Manifest, TopicSpec};
+///
+/// let bus = MemoryBus::new();
+/// bus.provision(&Manifest::new([TopicSpec::new("audit", 2)])).unwrap();
+/// let ack = bus.publish("audit", "agent-1", &serde_json::json!({"n": 1})).unwrap();
+/// assert_eq!(ack.offset, 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryBus {
+    store: Arc<Store>,
+    auth: RwLock<Option<RecordAuth>>,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+}
+
+#[derive(Debug)]
+struct Topic {
+    spec: TopicSpec,
+    partitions: Vec<Mutex<Partition>>,
+}
+
+#[derive(Debug, Default)]
+struct Partition {
+    records: VecDeque<Record>,
+    next_offset: u64,
+    uids: HashMap<String, u64>,
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    offset: u64,
+    key: String,
+    uid: Option<String>,
+    value: Vec<u8>,
+    stored_at: u64,
+    tag: Option<Vec<u8>>,
+}
+
+/// A record written around the bus, as a foreign client would: for tests of
+/// contract C14.
+#[derive(Debug, Clone)]
+pub struct RawRecord {
+    /// Partition key.
+    pub key: String,
+    /// Event UID, if any.
+    pub uid: Option<String>,
+    /// Raw value bytes (should be JSON).
+    pub value: Vec<u8>,
+    /// Authentication tag, if any.
+    pub tag: Option<Vec<u8>>,
+}
+
+impl MemoryBus {
+    /// An empty bus with its own store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A new handle on the same store, with no control key set.
+    pub fn handle(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            auth: RwLock::new(None),
+        }
+    }
+
+    /// Appends `raw` to a partition without signing or checking it.
+    pub fn inject_raw(&self, topic: &str, partition: u32, raw: RawRecord) -> Result<u64, BusError> {
+        let topic = self.store.topic(topic)?;
+        let mut log = topic.partition(partition)?;
+        let offset = log.next_offset;
+        log.push(Record {
+            offset,
+            key: raw.key,
+            uid: raw.uid,
+            value: raw.value,
+            stored_at: now_ms(),
+            tag: raw.tag,
+        });
+        Ok(offset)
+    }
+
+    fn auth(&self) -> Option<RecordAuth> {
+        match self.auth.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn publish_one(
+        &self,
+        topic_name: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let topic = self.store.topic(topic_name)?;
+        validate_key(key)?;
+        let uid = resolve_uid(value, uid)?;
+        if let Some(uid) = uid {
+            validate_uid(uid)?;
+        }
+        let bytes = encode_value(topic_name, value, topic.spec.max_record_bytes)?;
+        let partition = partition_for(key, topic.spec.partitions);
+        let mut log = topic.partition(partition)?;
+        let ack = |offset| PublishAck {
+            topic: topic_name.to_owned(),
+            partition,
+            offset,
+        };
+        if let Some(&offset) = uid.and_then(|uid| log.uids.get(uid)) {
+            return Ok(ack(offset));
+        }
+        let tag = self.auth().map(|auth| {
+            auth.tag(RecordParts {
+                topic: topic_name,
+                partition,
+                key,
+                uid,
+                value: &bytes,
+            })
+            .to_vec()
+        });
+        let offset = log.next_offset;
+        log.push(Record {
+            offset,
+            key: key.to_owned(),
+            uid: uid.map(str::to_owned),
+            value: bytes,
+            stored_at: now_ms(),
+            tag,
+        });
+        Ok(ack(offset))
+    }
+}
+
+impl Store {
+    fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        read(&self.topics)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BusError::UnknownTopic(name.to_owned()))
+    }
+}
+
+impl Topic {
+    fn partition(&self, partition: u32) -> Result<MutexGuard<'_, Partition>, BusError> {
+        check_partition(&self.spec.name, partition, self.spec.partitions)?;
+        let slot = &self.partitions[partition as usize];
+        Ok(slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+impl Partition {
+    fn push(&mut self, record: Record) {
+        if let Some(uid) = &record.uid {
+            self.uids.entry(uid.clone()).or_insert(record.offset);
+        }
+        self.next_offset = record.offset + 1;
+        self.records.push_back(record);
+    }
+
+    fn first_offset(&self) -> u64 {
+        self.records
+            .front()
+            .map_or(self.next_offset, |record| record.offset)
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl EventBus for MemoryBus {
+    fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
+        let mut slot = self
+            .auth
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(RecordAuth::new(&key));
+        Ok(())
+    }
+
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
+
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
+
+    fn find_event_by_uid(
+        &self,
+        topic_name: &str,
+        key: &str,
+        event_uid: &str,
+    ) -> Result<Option<PublishAck>, BusError> {
+        let topic = self.store.topic(topic_name)?;
+        validate_key(key)?;
+        validate_uid(event_uid)?;
+        let partition = partition_for(key, topic.spec.partitions);
+        let log = topic.partition(partition)?;
+        Ok(log.uids.get(event_uid).map(|&offset| PublishAck {
+            topic: topic_name.to_owned(),
+            partition,
+            offset,
+        }))
+    }
+
+    fn fetch(
+        &self,
+        topic_name: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let topic = self.store.topic(topic_name)?;
+        let log = topic.partition(partition)?;
+        let start = offset.max(log.first_offset());
+        let skip = usize::try_from(start - log.first_offset()).unwrap_or(usize::MAX);
+        let auth = self.auth();
+        log.records
+            .iter()
+            .skip(skip)
+            .take(max)
+            .map(|record| {
+                let integrity = |reason: &str| BusError::Integrity {
+                    topic: topic_name.to_owned(),
+                    partition,
+                    offset: record.offset,
+                    reason: reason.to_owned(),
+                };
+                if let Some(auth) = &auth {
+                    let parts = RecordParts {
+                        topic: topic_name,
+                        partition,
+                        key: &record.key,
+                        uid: record.uid.as_deref(),
+                        value: &record.value,
+                    };
+                    match &record.tag {
+                        None => return Err(integrity("record carries no authentication tag")),
+                        Some(tag) if tag.len() != TAG_LEN || !auth.verify(parts, tag) => {
+                            return Err(integrity("authentication tag does not match"));
+                        }
+                        Some(_) => {}
+                    }
+                }
+                let value = serde_json::from_slice(&record.value)
+                    .map_err(|_| integrity("value is not valid JSON"))?;
+                Ok(StoredEvent {
+                    partition,
+                    offset: record.offset,
+                    key: record.key.clone(),
+                    value,
+                    stored_at: record.stored_at,
+                })
+            })
+            .collect()
+    }
+
+    fn partitions(&self, topic: &str) -> Result<u32, BusError> {
+        Ok(self.store.topic(topic)?.spec.partitions)
+    }
+
+    fn topics(&self) -> Vec<String> {
+        read(&self.store.topics).keys().cloned().collect()
+    }
+
+    fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
+        let topics: Vec<Arc<Topic>> = read(&self.store.topics).values().cloned().collect();
+        let mut expired = 0u64;
+        for topic in topics {
+            let Some(retention) = topic.spec.retention_ms else {
+                continue;
+            };
+            let cutoff = now_ms.saturating_sub(retention);
+            for partition in 0..topic.spec.partitions {
+                let mut log = topic.partition(partition)?;
+                while log
+                    .records
+                    .front()
+                    .is_some_and(|record| record.stored_at < cutoff)
+                {
+                    if let Some(record) = log.records.pop_front() {
+                        if let Some(uid) = record.uid {
+                            log.uids.remove(&uid);
+                        }
+                        expired += 1;
+                    }
+                }
+            }
+        }
+        Ok(expired)
+    }
+
+    fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
+        manifest.validate()?;
+        let mut topics = self
+            .store
+            .topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for spec in &manifest.topics {
+            if let Some(existing) = topics.get(&spec.name) {
+                spec.conflict_with(&existing.spec)?;
+            }
+        }
+        for spec in &manifest.topics {
+            topics.entry(spec.name.clone()).or_insert_with(|| {
+                Arc::new(Topic {
+                    spec: spec.clone(),
+                    partitions: (0..spec.partitions).map(|_| Mutex::default()).collect(),
+                })
+            });
+        }
+        Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal("memory")
+            .dedup_horizon(DedupHorizon::Retained)
+            .maintenance_retention(true)
+    }
+
+    fn publish_batch(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        // Validate the whole batch first so a bad record stores nothing.
+        let spec = self.store.topic(topic)?.spec.clone();
+        for record in records {
+            validate_key(&record.key)?;
+            let uid = resolve_uid(&record.value, record.uid.as_deref())?;
+            if let Some(uid) = uid {
+                validate_uid(uid)?;
+            }
+            encode_value(topic, &record.value, spec.max_record_bytes)?;
+        }
+        records
+            .iter()
+            .map(|record| {
+                self.publish_one(topic, &record.key, &record.value, record.uid.as_deref())
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,47 @@
+//! The conformance suite on the in-memory backend.
+
+use bus::memory::{MemoryBus, RawRecord as MemoryRaw};
+use bus_conformance::{Harness, Namespace, RawRecord, Unavailable};
+use bus_core::{BusError, EventBus};
+
+struct Memory;
+
+struct MemoryNamespace {
+    root: MemoryBus,
+}
+
+impl Harness for Memory {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable> {
+        Ok(Box::new(MemoryNamespace {
+            root: MemoryBus::new(),
+        }))
+    }
+}
+
+impl Namespace for MemoryNamespace {
+    fn open(&mut self) -> Result<Box<dyn EventBus>, BusError> {
+        Ok(Box::new(self.root.handle()))
+    }
+
+    fn inject_raw(
+        &mut self,
+        _bus: &mut Option<Box<dyn EventBus>>,
+        topic: &str,
+        partition: u32,
+        raw: &RawRecord,
+    ) -> Result<(), BusError> {
+        let raw = MemoryRaw {
+            key: raw.key.clone(),
+            uid: raw.uid.clone(),
+            value: raw.value.clone(),
+            tag: raw.tag.clone(),
+        };
+        self.root.inject_raw(topic, partition, raw).map(drop)
+    }
+}
+
+bus_conformance::suite!(Memory);
