@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs build dependencies,
+# installs and starts one NATS and one Kafka broker natively, runs every
+# test of the workspace with every backend compiled in and
+# BUS_REQUIRE_BROKERS=1 (a missing broker fails instead of skipping), then
+# stops the brokers it started.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scripts/install-deps.sh
+started=0
+cleanup() { [ "$started" = 1 ] && scripts/brokers.sh down >&2 || true; }
+trap cleanup EXIT
+exports="$(scripts/brokers.sh up)"
+started=1
+eval "$exports"
+export BUS_REQUIRE_BROKERS=1
+echo "test.sh: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS" >&2
+
+cargo test --workspace --all-features "$@"
