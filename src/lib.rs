@@ -98,3 +98,8 @@ fn disabled(scheme: &str, feature: &str) -> BusError {
         feature: feature.to_owned(),
     }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,61 @@
+//! `bus::open` picks backends by URL and names the feature a URL needs.
+
+use bus::{BusError, EventBus, Manifest, TopicSpec};
+
+#[test]
+fn memory_url_opens_and_provisions() {
+    let manifest = Manifest::new([TopicSpec::new("t", 3)]);
+    let bus = bus::open("memory://", &manifest).expect("memory bus");
+    assert_eq!(bus.partitions("t").expect("provisioned"), 3);
+    assert_eq!(bus.capabilities().backend, "memory");
+}
+
+#[test]
+fn unknown_scheme_is_invalid_argument() {
+    let result = bus::open("carrier-pigeon://roof", &Manifest::default());
+    assert!(
+        matches!(result, Err(BusError::InvalidArgument { ref field, .. }) if field == "url"),
+        "{:?}",
+        result.err()
+    );
+}
+
+#[test]
+fn bad_manifest_is_refused_before_connecting() {
+    let manifest = Manifest::new([TopicSpec::new("t", 0)]);
+    let result = bus::open("memory://", &manifest);
+    assert!(matches!(result, Err(BusError::InvalidArgument { .. })));
+}
+
+#[cfg(not(feature = "nats"))]
+#[test]
+fn nats_url_without_the_feature_names_it() {
+    let result = bus::open("nats://127.0.0.1:4222", &Manifest::default());
+    assert!(
+        matches!(result, Err(BusError::FeatureDisabled { ref feature, .. }) if feature == "nats"),
+        "{:?}",
+        result.err()
+    );
+}
+
+#[cfg(not(feature = "kafka"))]
+#[test]
+fn kafka_url_without_the_feature_names_it() {
+    let result = bus::open("kafka://127.0.0.1:9092", &Manifest::default());
+    assert!(
+        matches!(result, Err(BusError::FeatureDisabled { ref feature, .. }) if feature == "kafka"),
+        "{:?}",
+        result.err()
+    );
+}
+
+#[cfg(not(feature = "embedded"))]
+#[test]
+fn file_url_without_the_feature_names_it() {
+    let result = bus::open("/tmp/somewhere", &Manifest::default());
+    assert!(
+        matches!(result, Err(BusError::FeatureDisabled { ref feature, .. }) if feature == "embedded"),
+        "{:?}",
+        result.err()
+    );
+}
