@@ -11,7 +11,12 @@ use clap::{Parser, Subcommand};
 #[command(version, about)]
 struct Cli {
     /// Bus URL: file://DIR (or a bare path), memory://, nats://HOST:PORT, kafka://HOST:PORT.
-    #[arg(long, env = "BUS_URL", default_value = "file://./bus-data", global = true)]
+    #[arg(
+        long,
+        env = "BUS_URL",
+        default_value = "file://./bus-data",
+        global = true
+    )]
     url: String,
     #[command(subcommand)]
     command: Command,
@@ -112,7 +117,11 @@ fn run(cli: Cli) -> Result<(), BusError> {
             let manifest = Manifest::parse(&text)?;
             bus::open(&cli.url, &manifest)?;
             for topic in &manifest.topics {
-                writeln!(out, "provisioned {} ({} partitions)", topic.name, topic.partitions)?;
+                writeln!(
+                    out,
+                    "provisioned {} ({} partitions)",
+                    topic.name, topic.partitions
+                )?;
             }
         }
         Command::Topics => {
@@ -164,7 +173,12 @@ fn run(cli: Cli) -> Result<(), BusError> {
             let bus = bus::connect(&cli.url)?;
             match bus.find_event_by_uid(&topic, &key, &uid)? {
                 Some(ack) => writeln!(out, "{}", serde_json::to_string(&ack)?)?,
-                None => return Err(BusError::invalid("uid", format!("{uid:?} is not stored in {topic:?}"))),
+                None => {
+                    return Err(BusError::invalid(
+                        "uid",
+                        format!("{uid:?} is not stored in {topic:?}"),
+                    ));
+                }
             }
         }
         Command::Maintenance { now } => {

@@ -154,10 +154,10 @@ impl Ctx {
             Ok(bus) => bus,
             Err(error) => panic!("reopen failed: {error}"),
         };
-        if let Some(key) = self.control_key {
-            if let Err(error) = bus.set_control_key(key) {
-                panic!("set_control_key after reopen failed: {error}");
-            }
+        if let Some(key) = self.control_key
+            && let Err(error) = bus.set_control_key(key)
+        {
+            panic!("set_control_key after reopen failed: {error}");
         }
         self.bus = Some(bus);
         Ok(())

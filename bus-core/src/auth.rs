@@ -104,7 +104,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Parses lower- or upper-case hex; `None` when malformed.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())

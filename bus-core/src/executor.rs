@@ -286,7 +286,7 @@ mod tests {
         let connector =
             ConnectorExecutor::with_timeout("t-timeout", Duration::from_millis(50)).unwrap();
         let started = std::time::Instant::now();
-        let error = connector.run(|| std::future::pending::<()>()).unwrap_err();
+        let error = connector.run(std::future::pending::<()>).unwrap_err();
         assert!(
             matches!(error, BusError::Timeout { after_ms: 50, .. }),
             "{error:?}"

@@ -153,9 +153,8 @@ impl TopicSpec {
                 property: property.to_owned(),
                 existing: have,
                 requested: want,
-                fix: format!(
-                    "change the manifest to match, or delete the topic and provision it again (its records would be lost)"
-                ),
+                fix: "change the manifest to match, or delete the topic and provision it again (its records would be lost)"
+                    .to_owned(),
             })
         };
         let show = |retention: Option<u64>| {
