@@ -1,6 +1,6 @@
 //! `bus::open` picks backends by URL and names the feature a URL needs.
 
-use bus::{BusError, EventBus, Manifest, TopicSpec};
+use bus::{BusError, Manifest, TopicSpec};
 
 #[test]
 fn memory_url_opens_and_provisions() {
