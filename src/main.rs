@@ -1,12 +1,21 @@
-//! The `bus` command: provision, publish, fetch and inspect a bus.
+//! The `bus` command: provision, feed, read and inspect a bus.
+//!
+//! Data goes to stdout as JSON lines; errors are one line on stderr with an
+//! exit code that tells bad usage (2), an unknown topic or partition (3), a
+//! record not found (4) and a backend failure (1) apart.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
-use bus::{BatchRecord, BusError, EventBus, EventBusExt, Manifest};
+use bus::BusError;
 use clap::{Parser, Subcommand};
 
-/// Look at, feed and measure a bus (embedded by default).
+mod cli;
+
+use cli::commands;
+
+/// Look at, feed and measure a bus, the way kcat and the nats CLI are used
+/// for their brokers.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
@@ -25,39 +34,43 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Provision the topics of a manifest (TOML or JSON).
-    ///
-    /// Example: bus provision topics.toml
+    #[command(after_help = "Example: bus provision examples/topics.toml")]
     Provision {
         /// Manifest file.
         manifest: std::path::PathBuf,
     },
-    /// List topics with their partition counts.
-    Topics,
-    /// Publish JSON values: the argument, or one value per stdin line (batched).
-    ///
-    /// Example: bus publish audit --key agent-1 '{"event":"start"}'
+    /// Topics with partitions, first and next offset and record counts.
+    #[command(after_help = "Example: bus topics --json")]
+    Topics {
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a JSON value, or one value per stdin line (batched; a bad line stores nothing).
+    #[command(
+        after_help = "Examples:\n  bus publish audit --key agent-1 '{\"event\":\"start\"}'\n  cat events.jsonl | bus publish audit --key agent-1"
+    )]
     Publish {
         /// Topic.
         topic: String,
         /// Partition key.
         #[arg(long)]
         key: String,
-        /// Event UID for deduplication (single value only).
+        /// Event UID for deduplication (with a single value).
         #[arg(long)]
         uid: Option<String>,
-        /// The JSON value, or `-` (or nothing) for stdin.
+        /// The JSON value; `-` or nothing reads stdin.
         json: Option<String>,
     },
     /// Print records of one partition as JSON lines.
-    ///
-    /// Example: bus fetch audit --partition 0 --from 0 --max 10
+    #[command(after_help = "Example: bus fetch audit --key agent-1 --from 0 --max 10")]
     Fetch {
         /// Topic.
         topic: String,
-        /// Partition.
-        #[arg(long, default_value_t = 0, conflicts_with = "key")]
-        partition: u32,
-        /// Read the partition this key lands on instead.
+        /// Partition (default 0).
+        #[arg(long, conflicts_with = "key")]
+        partition: Option<u32>,
+        /// Read the partition this key lands on.
         #[arg(long)]
         key: Option<String>,
         /// First offset.
@@ -67,20 +80,32 @@ enum Command {
         #[arg(long)]
         max: Option<usize>,
     },
-    /// Find a record by its UID.
-    ///
-    /// Example: bus find audit --key agent-1 --uid evt-7
+    /// Print a topic's records (all partitions unless one is named); --follow waits for new ones.
+    #[command(after_help = "Example: bus tail audit --follow")]
+    Tail {
+        /// Topic.
+        topic: String,
+        /// Only this partition.
+        #[arg(long)]
+        partition: Option<u32>,
+        /// Keep printing new records as they arrive.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Find a record by its UID (exit 4 when not stored).
+    #[command(after_help = "Example: bus find audit --key agent-1 --uid evt-42")]
     Find {
         /// Topic.
         topic: String,
-        /// Partition key.
+        /// Partition key the record was published with.
         #[arg(long)]
         key: String,
         /// Event UID.
         #[arg(long)]
         uid: String,
     },
-    /// Run retention (embedded and memory backends).
+    /// Run retention (embedded and memory; brokers expire natively).
+    #[command(after_help = "Example: bus maintenance --now 1767225600000")]
     Maintenance {
         /// Clock to expire against, epoch ms (default: now).
         #[arg(long)]
@@ -88,10 +113,28 @@ enum Command {
     },
 }
 
-/// Exit codes: 2 bad usage, 3 unknown topic or partition, 1 anything else.
+enum Failure {
+    Bus(BusError),
+    NotFound(String),
+}
+
+impl From<BusError> for Failure {
+    fn from(error: BusError) -> Self {
+        Self::Bus(error)
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(error: std::io::Error) -> Self {
+        Self::Bus(BusError::Io(error))
+    }
+}
+
 fn exit_code(error: &BusError) -> u8 {
     match error {
-        BusError::InvalidArgument { .. } | BusError::FeatureDisabled { .. } => 2,
+        BusError::InvalidArgument { .. }
+        | BusError::FeatureDisabled { .. }
+        | BusError::TooLarge { .. } => 2,
         BusError::UnknownTopic(_) | BusError::UnknownPartition { .. } => 3,
         _ => 1,
     }
@@ -101,34 +144,30 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
+        Err(Failure::NotFound(what)) => {
+            eprintln!("bus: {what}");
+            ExitCode::from(4)
+        }
+        Err(Failure::Bus(BusError::Io(error)))
+            if error.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            ExitCode::SUCCESS
+        }
+        Err(Failure::Bus(error)) => {
             eprintln!("bus: {error}");
             ExitCode::from(exit_code(&error))
         }
     }
 }
 
-fn run(cli: Cli) -> Result<(), BusError> {
+fn run(cli: Cli) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let url = cli.url;
     match cli.command {
-        Command::Provision { manifest } => {
-            let text = std::fs::read_to_string(&manifest)?;
-            let manifest = Manifest::parse(&text)?;
-            bus::open(&cli.url, &manifest)?;
-            for topic in &manifest.topics {
-                writeln!(
-                    out,
-                    "provisioned {} ({} partitions)",
-                    topic.name, topic.partitions
-                )?;
-            }
-        }
-        Command::Topics => {
-            let bus = bus::connect(&cli.url)?;
-            for topic in bus.topics() {
-                writeln!(out, "{topic}\t{}", bus.partitions(&topic)?)?;
-            }
+        Command::Provision { manifest } => commands::provision(&url, &manifest, &mut out)?,
+        Command::Topics { json } => {
+            commands::topics(commands::connect(&url)?.as_ref(), json, &mut out)?
         }
         Command::Publish {
             topic,
@@ -136,17 +175,32 @@ fn run(cli: Cli) -> Result<(), BusError> {
             uid,
             json,
         } => {
-            let bus = bus::connect(&cli.url)?;
+            let bus = commands::connect(&url)?;
             match json.as_deref() {
                 Some(text) if text != "-" => {
-                    let value = parse_json(text, None)?;
-                    let ack = match uid {
-                        Some(uid) => bus.publish_idempotent(&topic, &key, &value, &uid)?,
-                        None => bus.publish(&topic, &key, &value)?,
-                    };
-                    writeln!(out, "{}", serde_json::to_string(&ack)?)?;
+                    commands::publish_one(
+                        bus.as_ref(),
+                        &topic,
+                        &key,
+                        uid.as_deref(),
+                        text,
+                        &mut out,
+                    )?;
                 }
-                _ => publish_stdin(bus.as_ref(), &topic, &key, uid.is_some(), &mut out)?,
+                _ if uid.is_some() => {
+                    return Err(BusError::invalid(
+                        "uid",
+                        "--uid goes with one value; put metadata.uid in each stdin value instead",
+                    )
+                    .into());
+                }
+                _ => commands::publish_lines(
+                    bus.as_ref(),
+                    &topic,
+                    &key,
+                    std::io::stdin().lock(),
+                    &mut out,
+                )?,
             }
         }
         Command::Fetch {
@@ -156,74 +210,43 @@ fn run(cli: Cli) -> Result<(), BusError> {
             from,
             max,
         } => {
-            let bus = bus::connect(&cli.url)?;
-            let partition = match key {
-                Some(key) => bus::partition_for(&key, bus.partitions(&topic)?),
-                None => partition,
-            };
-            let events = match max {
-                Some(max) => bus.fetch(&topic, partition, from, max)?,
-                None => bus.fetch_all(&topic, partition, from, 1_000)?,
-            };
-            for event in events {
-                writeln!(out, "{}", serde_json::to_string(&event)?)?;
-            }
+            let bus = commands::connect(&url)?;
+            let partition =
+                commands::resolve_partition(bus.as_ref(), &topic, partition, key.as_deref())?;
+            commands::fetch(
+                bus.as_ref(),
+                &topic,
+                partition.unwrap_or(0),
+                from,
+                max,
+                &mut out,
+            )?;
+        }
+        Command::Tail {
+            topic,
+            partition,
+            follow,
+        } => {
+            commands::tail(&url, &topic, partition, follow, &mut out)?;
         }
         Command::Find { topic, key, uid } => {
-            let bus = bus::connect(&cli.url)?;
-            match bus.find_event_by_uid(&topic, &key, &uid)? {
-                Some(ack) => writeln!(out, "{}", serde_json::to_string(&ack)?)?,
-                None => {
-                    return Err(BusError::invalid(
-                        "uid",
-                        format!("{uid:?} is not stored in {topic:?}"),
-                    ));
-                }
+            if !commands::find(
+                commands::connect(&url)?.as_ref(),
+                &topic,
+                &key,
+                &uid,
+                &mut out,
+            )? {
+                return Err(Failure::NotFound(format!(
+                    "no record with uid {uid:?} in topic {topic:?} for key {key:?}"
+                )));
             }
         }
         Command::Maintenance { now } => {
-            let bus = bus::connect(&cli.url)?;
-            let expired = bus.maintenance(now.unwrap_or_else(bus::now_ms))?;
+            let expired = commands::connect(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;
             writeln!(out, "expired {expired} records")?;
         }
     }
     out.flush()?;
-    Ok(())
-}
-
-fn parse_json(text: &str, line: Option<usize>) -> Result<serde_json::Value, BusError> {
-    serde_json::from_str(text).map_err(|error| {
-        let field = line.map_or_else(|| "json".to_owned(), |n| format!("stdin line {n}"));
-        BusError::invalid(field, format!("not valid JSON: {error}"))
-    })
-}
-
-/// Reads every line first, so a malformed line stores nothing.
-fn publish_stdin(
-    bus: &dyn EventBus,
-    topic: &str,
-    key: &str,
-    with_uid: bool,
-    out: &mut impl Write,
-) -> Result<(), BusError> {
-    if with_uid {
-        return Err(BusError::invalid(
-            "uid",
-            "--uid applies to one value; put metadata.uid in each stdin value instead",
-        ));
-    }
-    let mut records = Vec::new();
-    for (index, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        records.push(BatchRecord::new(key, parse_json(&line, Some(index + 1))?));
-    }
-    for chunk in records.chunks(1_000) {
-        for ack in bus.publish_batch(topic, chunk)? {
-            writeln!(out, "{}", serde_json::to_string(&ack)?)?;
-        }
-    }
     Ok(())
 }

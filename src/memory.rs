@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PublishAck, StoredEvent,
-    TopicSpec, check_partition, encode_value, now_ms, partition_for, resolve_uid, validate_key,
-    validate_uid,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, StoredEvent, TopicSpec, check_partition, encode_value, now_ms, partition_for,
+    resolve_uid, validate_key, validate_uid,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -352,6 +352,15 @@ impl EventBus for MemoryBus {
             });
         }
         Ok(())
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+        let topic = self.store.topic(topic)?;
+        let log = topic.partition(partition)?;
+        Ok(PartitionOffsets {
+            first: log.first_offset(),
+            next: log.next_offset,
+        })
     }
 
     fn capabilities(&self) -> Capabilities {

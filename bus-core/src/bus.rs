@@ -141,6 +141,29 @@ pub trait EventBus: Send + Sync {
         Capabilities::minimal("unknown")
     }
 
+    /// The retained offset range of a partition.
+    ///
+    /// The default pages through the partition (cost grows with its length)
+    /// and cannot see offsets of records that were all expired; backends
+    /// override it with what they know.
+    fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+        let Some(first) = self
+            .fetch(topic, partition, 0, 1)?
+            .first()
+            .map(|e| e.offset)
+        else {
+            return Ok(PartitionOffsets { first: 0, next: 0 });
+        };
+        let mut next = first;
+        loop {
+            let page = self.fetch(topic, partition, next, 1_024)?;
+            let Some(last) = page.last() else {
+                return Ok(PartitionOffsets { first, next });
+            };
+            next = last.offset.saturating_add(1);
+        }
+    }
+
     /// Publishes `records` onto `topic` in order, returning one ack per
     /// record. The default publishes one at a time and stops at the first
     /// error; backends override it with a pipelined or single-write version.
@@ -156,6 +179,22 @@ pub trait EventBus: Send + Sync {
                 None => self.publish(topic, &record.key, &record.value),
             })
             .collect()
+    }
+}
+
+/// The retained range of a partition: records `first..next` (empty when equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionOffsets {
+    /// Offset of the oldest retained record (the log start).
+    pub first: u64,
+    /// Offset the next stored record will get.
+    pub next: u64,
+}
+
+impl PartitionOffsets {
+    /// Records retained.
+    pub fn retained(&self) -> u64 {
+        self.next.saturating_sub(self.first)
     }
 }
 

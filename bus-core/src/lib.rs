@@ -22,7 +22,7 @@ mod manifest;
 mod partition;
 pub mod record;
 
-pub use bus::{BatchRecord, EventBus, EventBusExt};
+pub use bus::{BatchRecord, EventBus, EventBusExt, PartitionOffsets};
 pub use capabilities::{Capabilities, DedupHorizon};
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};

@@ -1,0 +1,4 @@
+//! The `bus` command's pieces.
+
+pub mod commands;
+pub mod progress;
