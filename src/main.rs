@@ -104,6 +104,33 @@ enum Command {
         #[arg(long)]
         uid: String,
     },
+    /// Measure every compiled-in backend whose broker is reachable, side by side.
+    #[command(
+        after_help = "Example: bus bench --records 20000 --json > run.json; bus bench --compare run.json"
+    )]
+    Bench {
+        /// Records per throughput phase.
+        #[arg(long, default_value_t = 20_000)]
+        records: usize,
+        /// Approximate size of each JSON event in bytes.
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+        /// Publisher threads in the concurrent phase.
+        #[arg(long, default_value_t = 16)]
+        threads: usize,
+        /// Samples per latency phase.
+        #[arg(long, default_value_t = 1_000)]
+        samples: usize,
+        /// Write the rows as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Print the change against an earlier `--json` run.
+        #[arg(long)]
+        compare: Option<std::path::PathBuf>,
+        /// Only these backends (embedded, memory, nats, kafka); all reachable when omitted.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
     /// Run retention (embedded and memory; brokers expire natively).
     #[command(after_help = "Example: bus maintenance --now 1767225600000")]
     Maintenance {
@@ -241,6 +268,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     "no record with uid {uid:?} in topic {topic:?} for key {key:?}"
                 )));
             }
+        }
+        Command::Bench {
+            records,
+            event_bytes,
+            threads,
+            samples,
+            json,
+            compare,
+            only,
+        } => {
+            let settings = cli::bench::Settings {
+                records,
+                event_bytes,
+                threads,
+                samples,
+            };
+            cli::run_bench(settings, &only, json, compare.as_deref(), &mut out)?;
         }
         Command::Maintenance { now } => {
             let expired = commands::connect(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;

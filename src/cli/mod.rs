@@ -1,4 +1,80 @@
 //! The `bus` command's pieces.
 
+pub mod bench;
 pub mod commands;
 pub mod progress;
+pub mod references;
+
+use std::io::Write;
+
+use bus::BusError;
+
+/// Backends `bus bench` knows, with the URL it reaches each by.
+fn bench_targets() -> Vec<(&'static str, String)> {
+    let mut targets = vec![("memory", "memory://".to_owned())];
+    if cfg!(feature = "embedded") {
+        targets.push(("embedded", String::new()));
+    }
+    if cfg!(feature = "nats") {
+        let url =
+            std::env::var("BUS_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+        targets.push(("nats", url));
+    }
+    if cfg!(feature = "kafka") {
+        let brokers =
+            std::env::var("BUS_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
+        targets.push(("kafka", format!("kafka://{brokers}")));
+    }
+    targets
+}
+
+/// `bus bench`: every reachable backend, one table.
+pub fn run_bench(
+    settings: bench::Settings,
+    only: &[String],
+    json: bool,
+    compare: Option<&std::path::Path>,
+    out: &mut impl Write,
+) -> Result<(), BusError> {
+    let tag = format!("{:x}", bus::now_ms());
+    let mut rows = Vec::new();
+    for (backend, url) in bench_targets() {
+        if !only.is_empty() && !only.iter().any(|name| name == backend) {
+            continue;
+        }
+        let temp = tempdir_for(backend)?;
+        let url = if backend == "embedded" {
+            format!("file://{}", temp.join("data").display())
+        } else {
+            url
+        };
+        let bus = match bus::connect(&url) {
+            Ok(bus) => bus,
+            Err(error) => {
+                eprintln!("bench: skipping {backend} ({url}): {error}");
+                continue;
+            }
+        };
+        let mut measured = bench::run_trait_phases(bus.as_ref(), backend, &tag, settings)?;
+        references::attach(backend, &url, &temp, settings, &mut measured)?;
+        rows.extend(measured);
+        drop(bus);
+        let _ = std::fs::remove_dir_all(&temp);
+    }
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+    } else {
+        write!(out, "{}", bench::table(&rows))?;
+    }
+    if let Some(path) = compare {
+        let earlier: Vec<bench::Row> = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        write!(out, "\n{}", bench::compare(&rows, &earlier))?;
+    }
+    Ok(())
+}
+
+fn tempdir_for(backend: &str) -> Result<std::path::PathBuf, BusError> {
+    let dir = std::env::temp_dir().join(format!("bus-bench-{backend}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
