@@ -4,7 +4,7 @@ use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{BusError, StoredEvent};
 use serde_json::json;
 
-use crate::util::{fetch_all, ok, publish_n};
+use crate::util::{fetch_all, key_for_partition, ok, publish_n};
 use crate::{CaseResult, Ctx, RawRecord, assert_err};
 
 const KEY: [u8; 32] = [0x11; 32];
@@ -127,5 +127,38 @@ pub fn c14_another_key_rejects_after_reopen(ctx: &mut Ctx) -> CaseResult {
     ctx.reopen()?;
     expect_forged(ctx.bus().fetch(&topic, 0, 0, 10), 0);
     expect_forged(ctx.bus().fetch(&topic, 0, 1, 10), 1);
+    Ok(())
+}
+
+/// C14: a tag binds the record to its partition: a record signed for
+/// partition 0 and replayed into partition 1 is rejected.
+pub fn c14_tag_binds_the_partition(ctx: &mut Ctx) -> CaseResult {
+    ctx.set_control_key(KEY);
+    let topic = ctx.simple_topic("t", 2);
+    let key = key_for_partition("k", 1, 2);
+    publish_n(ctx.bus(), &topic, &key, 2);
+    assert_eq!(
+        fetch_all(ctx.bus(), &topic, 1, 0).len(),
+        2,
+        "own records on partition 1 verify"
+    );
+    let value = br#"{"replayed":true}"#.to_vec();
+    let tag = RecordAuth::new(&KEY)
+        .tag(RecordParts {
+            topic: &topic,
+            partition: 0,
+            key: &key,
+            uid: None,
+            value: &value,
+        })
+        .to_vec();
+    let raw = RawRecord {
+        key,
+        uid: None,
+        value,
+        tag: Some(tag),
+    };
+    ctx.inject_raw(&topic, 1, &raw)?;
+    expect_forged(ctx.bus().fetch(&topic, 1, 2, 10), 2);
     Ok(())
 }

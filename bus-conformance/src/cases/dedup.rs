@@ -207,3 +207,39 @@ pub fn c07_find_after_reopen(ctx: &mut Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// C6: batch publish deduplicates like single publishes, also within the batch.
+pub fn c06_batch_publish_dedups(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let first = ok(
+        "publish",
+        ctx.bus().publish_idempotent(&topic, "k", &json!(1), "b-1"),
+    );
+    let twice = json!({"metadata": {"uid": "b-2"}});
+    let acks = ok(
+        "batch",
+        ctx.bus().publish_batch(
+            &topic,
+            &[
+                BatchRecord::new("k", json!(1)).with_uid("b-1"),
+                BatchRecord::new("k", twice.clone()),
+                BatchRecord::new("k", twice),
+            ],
+        ),
+    );
+    assert_eq!(acks[0], first, "a UID stored before the batch");
+    assert_eq!(acks[1], acks[2], "a UID repeated inside the batch");
+    assert_eq!(stored_count(ctx, &topic, "k"), 2);
+    Ok(())
+}
+
+/// C6: an empty `metadata.uid` is no UID: such records are not deduplicated.
+pub fn c06_empty_metadata_uid_is_no_uid(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let value = json!({"metadata": {"uid": ""}});
+    let a = ok("publish", ctx.bus().publish(&topic, "k", &value));
+    let b = ok("again", ctx.bus().publish(&topic, "k", &value));
+    assert_ne!(a, b);
+    assert_eq!(stored_count(ctx, &topic, "k"), 2);
+    Ok(())
+}

@@ -51,6 +51,8 @@ macro_rules! __for_each_case {
             c06_uid_mismatch_is_invalid_argument,
             c06_dedup_survives_reopen,
             c06_concurrent_retries_store_one,
+            c06_batch_publish_dedups,
+            c06_empty_metadata_uid_is_no_uid,
             c07_find_by_uid,
             c07_find_after_reopen,
             c08_concurrent_publishers_get_distinct_offsets,
@@ -70,6 +72,7 @@ macro_rules! __for_each_case {
             c14_forged_records_fail_with_integrity,
             c14_correct_tag_from_outside_is_accepted,
             c14_another_key_rejects_after_reopen,
+            c14_tag_binds_the_partition,
             c16_second_open_is_refused
         }
     };

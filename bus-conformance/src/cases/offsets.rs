@@ -14,6 +14,17 @@ const CLOCK_SKEW_MS: u64 = 5_000;
 
 /// C3: every key lands on `partition_for(key, n)`, and is fetched from there.
 pub fn c03_keys_land_on_partition_for(ctx: &mut Ctx) -> CaseResult {
+    // Pinned FNV-1a 64 vectors: "a" = 0xaf63dc4c8601ec8c, "foobar" =
+    // 0x85944171f73967e8, "" = 0xcbf29ce484222325, taken mod n.
+    for (key, n, want) in [("a", 8, 4), ("foobar", 7, 6), ("", 1024, 805)] {
+        assert_eq!(partition_for(key, n), want, "C3 vector {key:?} mod {n}");
+    }
+    let vectors = ctx.simple_topic("vec7", 7);
+    let ack = ok("publish", ctx.bus().publish(&vectors, "foobar", &json!(1)));
+    assert_eq!(
+        ack.partition, 6,
+        "\"foobar\" lands on partition 6 of 7 on every backend"
+    );
     for partitions in [1, 7] {
         let topic = ctx.simple_topic(&format!("p{partitions}"), partitions);
         for i in 0..40 {

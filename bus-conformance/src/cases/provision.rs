@@ -42,6 +42,25 @@ pub fn c01_provision_conflict_names_both_values(ctx: &mut Ctx) -> CaseResult {
             if *t == topic && property == "partitions" && existing == "2" && requested == "3"
     );
     assert_eq!(ok("partitions", ctx.bus().partitions(&topic)), 2);
+    for (spec, property) in [
+        (
+            TopicSpec::new(topic.clone(), 2).with_retention_ms(5_000),
+            "retention_ms",
+        ),
+        (
+            TopicSpec::new(topic.clone(), 2).with_max_record_bytes(10),
+            "max_record_bytes",
+        ),
+        (
+            TopicSpec::new(topic.clone(), 2).with_dedup_window_ms(7),
+            "dedup_window_ms",
+        ),
+    ] {
+        assert_err!(
+            ctx.bus().provision(&Manifest::new([spec])),
+            BusError::Conflict { property: ref p, .. } if p == property
+        );
+    }
     let fetched = ctx.bus().fetch(&topic, 2, 0, 1);
     assert_err!(
         fetched,
@@ -108,6 +127,21 @@ pub fn c01_bad_manifests_name_the_field(ctx: &mut Ctx) -> CaseResult {
             .any(|t| t.starts_with(&ctx.topic(""))),
         "a refused manifest left topics behind"
     );
+    // The bounds themselves are legal: 1024 partitions, a 200-byte name.
+    ok(
+        "1024 partitions",
+        Manifest::new([TopicSpec::new(ctx.topic("max"), 1024)]).validate(),
+    );
+    let longest = ctx.topic(&"x".repeat(200 - ctx.topic("").len()));
+    assert_eq!(longest.len(), 200);
+    ctx.provision([TopicSpec::new(longest.clone(), 1)]);
+    ok(
+        "publish to a 200-byte name",
+        ctx.bus().publish(&longest, "k", &json!(1)),
+    );
+    assert_eq!(fetch_all(ctx.bus(), &longest, 0, 0).len(), 1);
+    let too_long = Manifest::new([TopicSpec::new(format!("{longest}x"), 1)]);
+    assert_err!(too_long.validate(), BusError::InvalidArgument { .. });
     let unknown = Manifest::parse("[[topics]]\nname = \"x\"\npartitions = 1\nsize = 3\n");
     assert_err!(unknown, BusError::InvalidArgument { .. });
     Ok(())
