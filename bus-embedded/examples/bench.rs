@@ -1,0 +1,342 @@
+//! Benchmark of the embedded log. Each figure is printed beside the
+//! reference it is judged against, measured in the same run on the same disk.
+//!
+//! ```text
+//! cargo run --release -p bus-embedded --example bench -- [--records N] [--json] [--dir DIR]
+//! ```
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    missing_docs
+)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bus_core::{BatchRecord, EventBus, Manifest, TopicSpec};
+use bus_embedded::EmbeddedBus;
+use serde_json::{Value, json};
+
+struct Row {
+    name: &'static str,
+    value: f64,
+    unit: &'static str,
+    reference: Option<(&'static str, f64)>,
+    ratio: Option<f64>,
+    target: &'static str,
+}
+
+fn event(i: u64) -> Value {
+    let mut value = json!({
+        "metadata": {"uid": format!("e{i}")},
+        "agent": format!("agent-{}", i % 16),
+        "kind": "tool_call",
+        "seq": i,
+        "payload": "",
+    });
+    let len = serde_json::to_vec(&value).unwrap().len();
+    value["payload"] = json!("x".repeat(200usize.saturating_sub(len)));
+    value
+}
+
+fn uid(i: u64) -> String {
+    format!("e{i}")
+}
+
+fn rate(n: u64, elapsed: Duration) -> f64 {
+    n as f64 / elapsed.as_secs_f64()
+}
+
+fn median_us(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1e6
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// write + fdatasync of ~200-byte appends for about `budget`.
+fn bare_fsync_rate(dir: &Path, budget: Duration) -> f64 {
+    let path = dir.join("fsync-probe");
+    let file = std::fs::File::create(&path).unwrap();
+    let buf = [b'x'; 200];
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed() < budget {
+        file.write_all_at(&buf, n * 200).unwrap();
+        file.sync_data().unwrap();
+        n += 1;
+    }
+    let r = rate(n, start.elapsed());
+    std::fs::remove_file(path).unwrap();
+    r
+}
+
+fn provision(bus: &dyn EventBus, name: &str) {
+    bus.provision(&Manifest::new([TopicSpec::new(name, 1)]))
+        .unwrap();
+}
+
+fn publish_for(bus: &dyn EventBus, topic: &str, budget: Duration, from: u64) -> u64 {
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed() < budget {
+        bus.publish(topic, "k", &event(from + n)).unwrap();
+        n += 1;
+    }
+    n
+}
+
+/// Publishes `records` in batches of 1000; returns the time spent in
+/// `publish_batch` only (building the values is the caller's cost).
+fn fill(bus: &dyn EventBus, topic: &str, records: u64) -> Duration {
+    let mut spent = Duration::ZERO;
+    let mut i = 0;
+    while i < records {
+        let batch: Vec<BatchRecord> = (i..(i + 1000).min(records))
+            .map(|j| BatchRecord::new("k", event(j)).with_uid(uid(j)))
+            .collect();
+        i += batch.len() as u64;
+        let start = Instant::now();
+        bus.publish_batch(topic, &batch).unwrap();
+        spent += start.elapsed();
+    }
+    spent
+}
+
+fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (f64, f64) {
+    let mut rng = Lcg(records);
+    let samples = 2000;
+    let fetches = (0..samples)
+        .map(|_| {
+            let offset = rng.below(records);
+            let start = Instant::now();
+            let got = bus.fetch(topic, 0, offset, 1).unwrap();
+            let took = start.elapsed();
+            assert_eq!(got[0].offset, offset);
+            took
+        })
+        .collect();
+    let finds = (0..samples)
+        .map(|_| {
+            let i = rng.below(records);
+            let wanted = uid(i);
+            let start = Instant::now();
+            let got = bus.find_event_by_uid(topic, "k", &wanted).unwrap();
+            let took = start.elapsed();
+            assert_eq!(got.map(|a| a.offset), Some(i));
+            took
+        })
+        .collect();
+    (median_us(fetches), median_us(finds))
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// Child mode: open the bus, publish a little, say so, wait to be killed.
+fn hold(dir: &str) {
+    let bus = EmbeddedBus::open(dir).unwrap();
+    for i in 0..10 {
+        bus.publish("big", "k", &event(u64::MAX - i)).unwrap();
+    }
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+fn open_after_kill(dir: &Path) -> Duration {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--hold", dir.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "READY");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let start = Instant::now();
+    let bus = EmbeddedBus::open(dir).unwrap();
+    let took = start.elapsed();
+    drop(bus);
+    took
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| args.iter().position(|a| a == name).map(|i| i + 1);
+    if let Some(i) = flag("--hold") {
+        return hold(&args[i]);
+    }
+    let records: u64 = flag("--records").map_or(1_000_000, |i| args[i].parse().unwrap());
+    let json_out = flag("--json").is_some();
+    let tmp = tempfile::tempdir_in(
+        flag("--dir").map_or_else(std::env::temp_dir, |i| PathBuf::from(&args[i])),
+    )
+    .unwrap();
+    let dir = tmp.path();
+    let budget = Duration::from_secs(2);
+    let mut rows = Vec::new();
+
+    let bus = EmbeddedBus::open(dir).unwrap();
+    let fsync = bare_fsync_rate(dir, budget);
+    provision(&bus, "one");
+    let n = publish_for(&bus, "one", budget, 0);
+    let one = rate(n, budget);
+    rows.push(Row {
+        name: "1 publisher, Sync",
+        value: one,
+        unit: "rec/s",
+        reference: Some(("bare write+fdatasync", fsync)),
+        ratio: Some(one / fsync),
+        target: ">= 0.7",
+    });
+
+    provision(&bus, "many");
+    let start = Instant::now();
+    let total: u64 = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..16)
+            .map(|t| {
+                let bus = &bus;
+                scope.spawn(move || publish_for(bus, "many", budget, t * 1_000_000_000))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let many = rate(total, start.elapsed());
+    rows.push(Row {
+        name: "16 publishers, 1 partition, Sync",
+        value: many,
+        unit: "rec/s",
+        reference: Some(("1 publisher", one)),
+        ratio: Some(many / one),
+        target: ">= 8",
+    });
+
+    provision(&bus, "small");
+    fill(&bus, "small", 1_000);
+    provision(&bus, "big");
+    let took = fill(&bus, "big", records);
+    rows.push(Row {
+        name: "batch publish 1000/call, Sync",
+        value: rate(records, took),
+        unit: "rec/s",
+        reference: None,
+        ratio: None,
+        target: ">= 200000",
+    });
+    let rss = rss_mib();
+
+    let start = Instant::now();
+    let mut offset = 0;
+    loop {
+        let page = bus.fetch("big", 0, offset, 1000).unwrap();
+        let Some(last) = page.last() else { break };
+        offset = last.offset + 1;
+    }
+    assert_eq!(offset, records);
+    rows.push(Row {
+        name: "sequential replay fetch(max=1000)",
+        value: rate(records, start.elapsed()),
+        unit: "rec/s",
+        reference: None,
+        ratio: None,
+        target: ">= 500000",
+    });
+
+    let (fetch_small, find_small) = latencies(&bus, "small", 1_000);
+    let (fetch_big, find_big) = latencies(&bus, "big", records);
+    rows.push(Row {
+        name: "fetch(random, 1) median at N records",
+        value: fetch_big,
+        unit: "us",
+        reference: Some(("at 1,000 records", fetch_small)),
+        ratio: Some(fetch_big / fetch_small),
+        target: "<= 2",
+    });
+    rows.push(Row {
+        name: "find_event_by_uid median at N records",
+        value: find_big,
+        unit: "us",
+        reference: Some(("at 1,000 records", find_small)),
+        ratio: Some(find_big / find_small),
+        target: "<= 2",
+    });
+    rows.push(Row {
+        name: "RSS after writing N records",
+        value: rss,
+        unit: "MiB",
+        reference: None,
+        ratio: None,
+        target: "",
+    });
+    drop(bus);
+
+    let start = Instant::now();
+    drop(EmbeddedBus::open(dir).unwrap());
+    rows.push(Row {
+        name: "open after clean close, N records",
+        value: start.elapsed().as_secs_f64() * 1e3,
+        unit: "ms",
+        reference: None,
+        ratio: None,
+        target: "",
+    });
+    let killed = open_after_kill(dir);
+    rows.push(Row {
+        name: "open after kill -9, N records",
+        value: killed.as_secs_f64() * 1e3,
+        unit: "ms",
+        reference: None,
+        ratio: None,
+        target: "",
+    });
+
+    if json_out {
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|r| json!({"name": r.name, "value": r.value, "unit": r.unit, "reference": r.reference.map(|(n, v)| json!({"name": n, "value": v})), "ratio": r.ratio, "target": r.target}))
+            .collect();
+        println!("{}", json!({"records": records, "results": rows}));
+        return;
+    }
+    println!(
+        "N = {records} records of ~200 B JSON, dir {}",
+        dir.display()
+    );
+    println!(
+        "{:<40} {:>14} {:<6} {:<24} {:>12} {:>8} {:<8}",
+        "measure", "value", "unit", "reference", "ref value", "ratio", "target"
+    );
+    for r in &rows {
+        let (rn, rv) = r
+            .reference
+            .map_or(("", String::new()), |(n, v)| (n, format!("{v:.1}")));
+        let ratio = r.ratio.map_or(String::new(), |x| format!("{x:.2}"));
+        println!(
+            "{:<40} {:>14.1} {:<6} {:<24} {:>12} {:>8} {:<8}",
+            r.name, r.value, r.unit, rn, rv, ratio, r.target
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! The bus: the directory lock, the topic registry, provisioning, and the
+//! `EventBus` methods that route to partitions.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bus_core::auth::{RecordAuth, RecordParts};
+use bus_core::{
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PublishAck, StoredEvent,
+    check_partition, encode_value, partition_for, resolve_uid, validate_key, validate_uid,
+};
+
+use crate::frame::NewRecord;
+use crate::fsutil;
+use crate::options::{Durability, Options};
+use crate::topic::{self, Topic};
+
+/// The embedded, durable event bus: a segmented, checksummed log per
+/// partition under one data directory, which it locks for its lifetime.
+///
+/// ```
+/// use bus_core::{EventBus, Manifest, TopicSpec};
+/// let dir = tempfile::tempdir().unwrap();
+/// let bus = bus_embedded::EmbeddedBus::open(dir.path()).unwrap();
+/// bus.provision(&Manifest::new([TopicSpec::new("audit", 2)])).unwrap();
+/// let ack = bus.publish("audit", "agent-1", &serde_json::json!({"n": 1})).unwrap();
+/// assert_eq!(bus.fetch("audit", ack.partition, 0, 10).unwrap()[0].value["n"], 1);
+/// ```
+#[derive(Debug)]
+pub struct EmbeddedBus {
+    inner: Arc<Inner>,
+    flusher: Option<Flusher>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    topics_dir: PathBuf,
+    options: Options,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    auth: RwLock<Option<RecordAuth>>,
+    /// Held (flock) for the bus's lifetime; the OS drops it with the process.
+    _lock: File,
+}
+
+#[derive(Debug)]
+struct Flusher {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl EmbeddedBus {
+    /// Opens (creating if needed) the bus stored in `path` with default
+    /// [`Options`]. Fails with [`BusError::Locked`] while another bus has it
+    /// open, and with [`BusError::Corrupt`] when acknowledged data is damaged.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, BusError> {
+        Self::open_with(path, Options::default())
+    }
+
+    /// Opens the bus stored in `path` with `options`.
+    pub fn open_with(path: impl AsRef<Path>, options: Options) -> Result<Self, BusError> {
+        let root = path.as_ref().to_path_buf();
+        fsutil::create_dir(&root)?;
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(root.join("LOCK"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(BusError::Locked { path: root }),
+            Err(TryLockError::Error(error)) => return Err(error.into()),
+        }
+        let topics_dir = root.join("topics");
+        fsutil::create_dir(&topics_dir)?;
+        fsutil::sync_dir(&root)?;
+        let mut topics = BTreeMap::new();
+        for spec in topic::list(&topics_dir)? {
+            let name = spec.name.clone();
+            topics.insert(name, Arc::new(topic::open(&topics_dir, spec, &options)?));
+        }
+        let inner = Arc::new(Inner {
+            topics_dir,
+            options,
+            topics: RwLock::new(topics),
+            auth: RwLock::new(None),
+            _lock: lock,
+        });
+        let flusher = match inner.options.durability {
+            Durability::Interval(ms) => Some(Flusher::start(Arc::clone(&inner), ms)?),
+            Durability::Sync => None,
+        };
+        Ok(Self { inner, flusher })
+    }
+
+    /// Appends a record as given, unsigned and unchecked (test hook for C14).
+    pub(crate) fn append_raw(
+        &self,
+        topic: &str,
+        partition: u32,
+        record: NewRecord,
+    ) -> Result<u64, BusError> {
+        let topic = self.inner.topic(topic)?;
+        let offsets = topic.partition(partition)?.append(vec![record])?;
+        offsets
+            .first()
+            .copied()
+            .ok_or_else(|| BusError::Backend("raw append stored nothing".to_owned()))
+    }
+
+    fn record(
+        &self,
+        topic: &Topic,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+        auth: Option<&RecordAuth>,
+    ) -> Result<(u32, NewRecord), BusError> {
+        validate_key(key)?;
+        let uid = resolve_uid(value, uid)?;
+        if let Some(uid) = uid {
+            validate_uid(uid)?;
+        }
+        let bytes = encode_value(&topic.spec.name, value, topic.spec.max_record_bytes)?;
+        let partition = partition_for(key, topic.spec.partitions);
+        let tag = auth.map(|auth| {
+            auth.tag(RecordParts {
+                topic: &topic.spec.name,
+                partition,
+                key,
+                uid,
+                value: &bytes,
+            })
+            .to_vec()
+        });
+        Ok((
+            partition,
+            NewRecord {
+                key: key.to_owned(),
+                uid: uid.map(str::to_owned),
+                tag,
+                value: bytes,
+            },
+        ))
+    }
+
+    fn publish_one(
+        &self,
+        topic_name: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let topic = self.inner.topic(topic_name)?;
+        let auth = self.inner.auth();
+        let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
+        let offsets = topic.partition(partition)?.append(vec![record])?;
+        let offset = offsets
+            .first()
+            .copied()
+            .ok_or_else(|| BusError::Backend("publish stored nothing".to_owned()))?;
+        Ok(PublishAck {
+            topic: topic_name.to_owned(),
+            partition,
+            offset,
+        })
+    }
+}
+
+impl Inner {
+    fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        read(&self.topics)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BusError::UnknownTopic(name.to_owned()))
+    }
+
+    fn auth(&self) -> Option<RecordAuth> {
+        read(&self.auth).clone()
+    }
+
+    fn flush_all(&self) {
+        let topics: Vec<Arc<Topic>> = read(&self.topics).values().cloned().collect();
+        for topic in topics {
+            for partition in &topic.partitions {
+                // A failure poisons the partition, which its next publish reports.
+                let _ = partition.flush();
+            }
+        }
+    }
+}
+
+impl Flusher {
+    fn start(inner: Arc<Inner>, ms: u64) -> Result<Self, BusError> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let period = Duration::from_millis(ms.max(1));
+        let thread = std::thread::Builder::new()
+            .name("bus-embedded-flush".to_owned())
+            .spawn(move || {
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                    inner.flush_all();
+                }
+                inner.flush_all();
+            })?;
+        Ok(Self { stop, thread })
+    }
+}
+
+impl Drop for EmbeddedBus {
+    fn drop(&mut self) {
+        if let Some(Flusher { stop, thread }) = self.flusher.take() {
+            drop(stop);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl EventBus for EmbeddedBus {
+    fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
+        *write(&self.inner.auth) = Some(RecordAuth::new(&key));
+        Ok(())
+    }
+
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
+
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
+
+    fn find_event_by_uid(
+        &self,
+        topic_name: &str,
+        key: &str,
+        event_uid: &str,
+    ) -> Result<Option<PublishAck>, BusError> {
+        let topic = self.inner.topic(topic_name)?;
+        validate_key(key)?;
+        validate_uid(event_uid)?;
+        let partition = partition_for(key, topic.spec.partitions);
+        Ok(topic
+            .partition(partition)?
+            .find_uid(event_uid)
+            .map(|offset| PublishAck {
+                topic: topic_name.to_owned(),
+                partition,
+                offset,
+            }))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let topic = self.inner.topic(topic)?;
+        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let auth = self.inner.auth();
+        topic
+            .partition(partition)?
+            .fetch(offset, max, auth.as_ref())
+    }
+
+    fn partitions(&self, topic: &str) -> Result<u32, BusError> {
+        Ok(self.inner.topic(topic)?.spec.partitions)
+    }
+
+    fn topics(&self) -> Vec<String> {
+        read(&self.inner.topics).keys().cloned().collect()
+    }
+
+    fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
+        let topics: Vec<Arc<Topic>> = read(&self.inner.topics).values().cloned().collect();
+        let mut expired = 0;
+        for topic in topics {
+            let Some(retention) = topic.spec.retention_ms else {
+                continue;
+            };
+            let cutoff = now_ms.saturating_sub(retention);
+            for partition in &topic.partitions {
+                expired += partition.expire(cutoff)?;
+            }
+        }
+        Ok(expired)
+    }
+
+    fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
+        manifest.validate()?;
+        let mut topics = write(&self.inner.topics);
+        for spec in &manifest.topics {
+            if let Some(existing) = topics.get(&spec.name) {
+                spec.conflict_with(&existing.spec)?;
+            }
+        }
+        for spec in &manifest.topics {
+            if topics.contains_key(&spec.name) {
+                continue;
+            }
+            topic::create(&self.inner.topics_dir, spec)?;
+            let opened = topic::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
+            topics.insert(spec.name.clone(), Arc::new(opened));
+        }
+        Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal("embedded")
+            .durable(true)
+            .dedup_horizon(DedupHorizon::Retained)
+            .maintenance_retention(true)
+            .exclusive_open(true)
+            .native_batch(true)
+    }
+
+    /// Validates the whole batch first (a bad record stores nothing), then
+    /// writes one frame per partition the batch touches.
+    fn publish_batch(
+        &self,
+        topic_name: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        let topic = self.inner.topic(topic_name)?;
+        let auth = self.inner.auth();
+        let mut groups: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
+        for (i, record) in records.iter().enumerate() {
+            let (partition, new) = self.record(
+                &topic,
+                &record.key,
+                &record.value,
+                record.uid.as_deref(),
+                auth.as_ref(),
+            )?;
+            let group = groups.entry(partition).or_default();
+            group.0.push(i);
+            group.1.push(new);
+        }
+        let mut acks: Vec<Option<PublishAck>> = vec![None; records.len()];
+        for (partition, (positions, batch)) in groups {
+            let offsets = topic.partition(partition)?.append(batch)?;
+            for (i, offset) in positions.into_iter().zip(offsets) {
+                acks[i] = Some(PublishAck {
+                    topic: topic_name.to_owned(),
+                    partition,
+                    offset,
+                });
+            }
+        }
+        acks.into_iter()
+            .map(|ack| ack.ok_or_else(|| BusError::Backend("batch record not acked".to_owned())))
+            .collect()
+    }
+}

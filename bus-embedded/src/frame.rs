@@ -1,0 +1,278 @@
+//! The on-disk frame: one per written batch.
+//!
+//! ```text
+//! len: u32        bytes after the checksum field
+//! crc: u32        CRC-32C of those bytes (header included)
+//! magic: u8, version: u8
+//! base: u64       offset of the first record
+//! count: u32      records in the frame
+//! stored_at: u64  epoch ms the batch was written
+//! count × { flags: u8, key_len: u32, key, [uid_len: u32, uid], [tag_len: u16, tag], value_len: u32, value }
+//! ```
+//! All integers are little-endian. Values are stored as the JSON bytes
+//! checked at publish and parsed only on fetch.
+
+/// Bytes before the checksummed body: `len` and `crc`.
+pub(crate) const PREFIX: usize = 8;
+/// Fixed part of the body.
+const BODY_HEADER: usize = 2 + 8 + 4 + 8;
+const MAGIC: u8 = 0xB5;
+const VERSION: u8 = 1;
+const HAS_UID: u8 = 1;
+const HAS_TAG: u8 = 2;
+/// Frames longer than this are treated as damage, not allocated.
+pub(crate) const MAX_BODY: u64 = 1 << 31;
+
+/// A record to be written.
+#[derive(Debug, Clone)]
+pub(crate) struct NewRecord {
+    pub key: String,
+    pub uid: Option<String>,
+    pub tag: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+}
+
+/// A record decoded from a frame, borrowing its bytes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordRef<'a> {
+    pub key: &'a [u8],
+    pub uid: Option<&'a [u8]>,
+    pub tag: Option<&'a [u8]>,
+    pub value: &'a [u8],
+}
+
+/// A frame whose checksum verified.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame<'a> {
+    pub base: u64,
+    pub count: u32,
+    pub stored_at: u64,
+    records: &'a [u8],
+}
+
+/// Encodes one frame of `records` starting at offset `base`.
+pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Result<Vec<u8>, String> {
+    let body_len: usize = BODY_HEADER
+        + records
+            .iter()
+            .map(|r| {
+                1 + 4
+                    + r.key.len()
+                    + r.uid.as_ref().map_or(0, |u| 4 + u.len())
+                    + r.tag.as_ref().map_or(0, |t| 2 + t.len())
+                    + 4
+                    + r.value.len()
+            })
+            .sum::<usize>();
+    let len = u32::try_from(body_len)
+        .ok()
+        .filter(|&len| u64::from(len) <= MAX_BODY)
+        .ok_or_else(|| format!("batch of {body_len} bytes is too large for one frame"))?;
+    let count = u32::try_from(records.len()).map_err(|_| "too many records in one batch")?;
+    let mut out = Vec::with_capacity(PREFIX + body_len);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[MAGIC, VERSION]);
+    out.extend_from_slice(&base.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&stored_at.to_le_bytes());
+    for record in records {
+        let flags = if record.uid.is_some() { HAS_UID } else { 0 }
+            | if record.tag.is_some() { HAS_TAG } else { 0 };
+        out.push(flags);
+        put_bytes32(&mut out, record.key.as_bytes())?;
+        if let Some(uid) = &record.uid {
+            put_bytes32(&mut out, uid.as_bytes())?;
+        }
+        if let Some(tag) = &record.tag {
+            let tag_len = u16::try_from(tag.len()).map_err(|_| "tag too long")?;
+            out.extend_from_slice(&tag_len.to_le_bytes());
+            out.extend_from_slice(tag);
+        }
+        put_bytes32(&mut out, &record.value)?;
+    }
+    let crc = crc32c::crc32c(&out[PREFIX..]);
+    out[4..8].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), String> {
+    let len = u32::try_from(bytes.len()).map_err(|_| "field too long")?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+/// The body length announced by a frame prefix.
+pub(crate) fn body_len(prefix: &[u8; PREFIX]) -> u64 {
+    u64::from(u32::from_le_bytes([
+        prefix[0], prefix[1], prefix[2], prefix[3],
+    ]))
+}
+
+/// Why bytes are not a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The frame runs past the end of the readable bytes.
+    Short,
+    /// The checksum does not match.
+    Checksum,
+    /// The checksum matches but the body does not parse.
+    Malformed(String),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Short => f.write_str("frame cut short"),
+            Self::Checksum => f.write_str("frame checksum mismatch"),
+            Self::Malformed(why) => write!(f, "malformed frame: {why}"),
+        }
+    }
+}
+
+/// Verifies and decodes a frame: `prefix` + `body` as read from disk.
+pub(crate) fn decode<'a>(prefix: &[u8; PREFIX], body: &'a [u8]) -> Result<Frame<'a>, Fault> {
+    let stored_crc = u32::from_le_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]);
+    if crc32c::crc32c(body) != stored_crc {
+        return Err(Fault::Checksum);
+    }
+    if body.len() < BODY_HEADER || body[0] != MAGIC || body[1] != VERSION {
+        return Err(Fault::Malformed("bad header".to_owned()));
+    }
+    let frame = Frame {
+        base: u64_at(body, 2),
+        count: u32_at(body, 10),
+        stored_at: u64_at(body, 14),
+        records: &body[BODY_HEADER..],
+    };
+    // Walk the records once so later iteration cannot fail on structure.
+    let mut records = frame.records();
+    for _ in 0..frame.count {
+        records.next_record()?;
+    }
+    if !records.rest.is_empty() {
+        return Err(Fault::Malformed("trailing bytes".to_owned()));
+    }
+    Ok(frame)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+impl<'a> Frame<'a> {
+    /// The offset after the frame's last record.
+    pub fn end(&self) -> u64 {
+        self.base.saturating_add(u64::from(self.count))
+    }
+
+    /// The frame's records in order.
+    pub fn records(&self) -> Records<'a> {
+        Records { rest: self.records }
+    }
+}
+
+/// Iterator over a verified frame's records.
+pub(crate) struct Records<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Records<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Fault> {
+        if self.rest.len() < n {
+            return Err(Fault::Malformed("record runs past the frame".to_owned()));
+        }
+        let (head, tail) = self.rest.split_at(n);
+        self.rest = tail;
+        Ok(head)
+    }
+
+    fn bytes32(&mut self) -> Result<&'a [u8], Fault> {
+        let len = u32_at(self.take(4)?, 0);
+        let len = usize::try_from(len).map_err(|_| Fault::Malformed("length".to_owned()))?;
+        self.take(len)
+    }
+
+    fn next_record(&mut self) -> Result<RecordRef<'a>, Fault> {
+        let flags = self.take(1)?[0];
+        let key = self.bytes32()?;
+        let uid = if flags & HAS_UID != 0 {
+            Some(self.bytes32()?)
+        } else {
+            None
+        };
+        let tag = if flags & HAS_TAG != 0 {
+            let len = self.take(2)?;
+            let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
+            Some(self.take(len)?)
+        } else {
+            None
+        };
+        let value = self.bytes32()?;
+        Ok(RecordRef {
+            key,
+            uid,
+            tag,
+            value,
+        })
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = RecordRef<'a>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        self.next_record().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let a = NewRecord {
+            key: "k".into(),
+            uid: Some("u".into()),
+            tag: Some(vec![1; 32]),
+            value: b"{}".to_vec(),
+        };
+        let b = NewRecord {
+            key: String::new(),
+            uid: None,
+            tag: None,
+            value: b"1".to_vec(),
+        };
+        let bytes = encode(7, 99, &[&a, &b]).unwrap();
+        let prefix: [u8; PREFIX] = bytes[..PREFIX].try_into().unwrap();
+        assert_eq!(body_len(&prefix) as usize, bytes.len() - PREFIX);
+        let frame = decode(&prefix, &bytes[PREFIX..]).unwrap();
+        assert_eq!(
+            (frame.base, frame.count, frame.stored_at, frame.end()),
+            (7, 2, 99, 9)
+        );
+        let records: Vec<_> = frame.records().collect();
+        assert_eq!(records[0].uid, Some(&b"u"[..]));
+        assert_eq!(records[1].value, b"1");
+        let mut bad = bytes.clone();
+        bad[20] ^= 1;
+        assert_eq!(
+            decode(&prefix, &bad[PREFIX..]).unwrap_err(),
+            Fault::Checksum
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! Tuning knobs of the embedded log, and the file layer the writer goes
+//! through (so tests can inject write and fsync failures).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// When a publish is acknowledged relative to `fdatasync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Ack only after the record's bytes are fsynced (group commit shares
+    /// one fsync among concurrent publishers). The default.
+    #[default]
+    Sync,
+    /// Ack right after the write, *before* fsync; a background thread
+    /// fsyncs dirty partitions every this many milliseconds. A crash (power
+    /// loss, not just a killed process) may lose acked records of the last
+    /// interval, and they are visible to fetch before they are durable.
+    Interval(u64),
+}
+
+/// The file operations the partition writer performs, behind a trait so a
+/// test can make the Nth write or sync fail.
+#[doc(hidden)]
+pub trait FileLayer: Send + Sync + std::fmt::Debug {
+    /// Writes all of `buf` at `pos`.
+    fn write_all_at(&self, file: &File, buf: &[u8], pos: u64) -> std::io::Result<()>;
+    /// `fdatasync`.
+    fn sync_data(&self, file: &File) -> std::io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default)]
+pub(crate) struct OsFiles;
+
+impl FileLayer for OsFiles {
+    fn write_all_at(&self, file: &File, buf: &[u8], pos: u64) -> std::io::Result<()> {
+        file.write_all_at(buf, pos)
+    }
+
+    fn sync_data(&self, file: &File) -> std::io::Result<()> {
+        file.sync_data()
+    }
+}
+
+/// Options of [`crate::EmbeddedBus::open_with`]; `Default` is what
+/// [`crate::EmbeddedBus::open`] uses.
+///
+/// ```
+/// use bus_embedded::{Durability, Options};
+/// let options = Options::default()
+///     .durability(Durability::Sync)
+///     .segment_bytes(16 << 20)
+///     .index_interval_bytes(4096);
+/// assert_eq!(options.segment_bytes, 16 << 20);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Options {
+    /// When publishes are acked (default [`Durability::Sync`]).
+    pub durability: Durability,
+    /// A segment is rolled before it would grow past this (default 32 MiB).
+    pub segment_bytes: u64,
+    /// A non-empty segment is rolled once its first record is this old.
+    pub segment_max_age_ms: Option<u64>,
+    /// Bytes of frames between two sparse-index entries (default 4 KiB).
+    pub index_interval_bytes: u64,
+    pub(crate) files: Arc<dyn FileLayer>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Sync,
+            segment_bytes: 32 << 20,
+            segment_max_age_ms: None,
+            index_interval_bytes: 4096,
+            files: Arc::new(OsFiles),
+        }
+    }
+}
+
+impl Options {
+    /// Sets the durability mode.
+    #[must_use]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the segment size (at least 1 byte; a frame larger than it gets a
+    /// segment of its own).
+    #[must_use]
+    pub fn segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets the segment age limit.
+    #[must_use]
+    pub fn segment_max_age_ms(mut self, ms: Option<u64>) -> Self {
+        self.segment_max_age_ms = ms;
+        self
+    }
+
+    /// Sets the sparse-index spacing.
+    #[must_use]
+    pub fn index_interval_bytes(mut self, bytes: u64) -> Self {
+        self.index_interval_bytes = bytes.max(1);
+        self
+    }
+
+    /// Routes the writer's file operations through `files` (fault-injection tests).
+    #[doc(hidden)]
+    #[must_use]
+    pub fn file_layer(mut self, files: Arc<dyn FileLayer>) -> Self {
+        self.files = files;
+        self
+    }
+}

@@ -1,0 +1,164 @@
+//! Segment lifecycle: rolling the active segment (seal: fsync, persist its
+//! indexes, create the next one) and deleting whole expired segments.
+
+use std::sync::Arc;
+
+use bus_core::BusError;
+
+use crate::fsutil;
+use crate::index::{self, SegmentIndex};
+use crate::partition::{Partition, SegmentMeta, WriterState, lock};
+use crate::recovery::create_segment;
+use crate::segment::{self, IDX, LOG, UIDS};
+
+impl Partition {
+    /// Rolls before a frame of `frame_len` bytes written at `now` when the
+    /// active segment would outgrow its size or has reached its age.
+    pub(crate) fn roll_if_due(
+        &self,
+        writer: &mut WriterState,
+        frame_len: u64,
+        now: u64,
+    ) -> Result<(), String> {
+        if writer.pos == 0 {
+            return Ok(());
+        }
+        let too_big = writer.pos + frame_len > self.options.segment_bytes;
+        let too_old = self.options.segment_max_age_ms.is_some_and(|age| {
+            let first = self
+                .reader()
+                .segments
+                .last()
+                .and_then(|s| s.index.min_ts)
+                .unwrap_or(now);
+            now.saturating_sub(first) >= age
+        });
+        if too_big || too_old {
+            self.roll(writer)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment and starts an empty one at the next offset.
+    /// Errors are I/O failures the caller poisons the partition with.
+    pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), String> {
+        if writer.dirty {
+            self.options
+                .files
+                .sync_data(&writer.file)
+                .map_err(|e| format!("fsync: {e}"))?;
+            writer.dirty = false;
+        }
+        let sealed: SegmentIndex = self
+            .reader()
+            .segments
+            .last()
+            .map(|s| s.index.clone())
+            .unwrap_or_default();
+        let base = writer.base;
+        let seal = |ext: &str, bytes: Vec<u8>| {
+            fsutil::write_atomic(&segment::path(&self.dir, base, ext), &bytes)
+                .map_err(|e| format!("sealing segment {base}: {e}"))
+        };
+        seal(IDX, index::encode_index(base, &sealed))?;
+        seal(
+            UIDS,
+            index::encode_uids(base, sealed.end, &writer.active_uids),
+        )?;
+        let next = writer.next;
+        let file = create_segment(&self.dir, next).map_err(|e| format!("roll: {e}"))?;
+        let file = Arc::new(file);
+        {
+            let mut read = self.read_mut();
+            if let Some(active) = read.segments.last_mut() {
+                active.file = None;
+            }
+            read.segments.push(SegmentMeta {
+                base: next,
+                path: segment::path(&self.dir, next, LOG),
+                index: SegmentIndex {
+                    end: next,
+                    ..SegmentIndex::default()
+                },
+                file: Some(Arc::clone(&file)),
+            });
+        }
+        writer.file = file;
+        writer.base = next;
+        writer.pos = 0;
+        writer.last_indexed = None;
+        writer.active_uids.clear();
+        Ok(())
+    }
+
+    /// Deletes the whole segments whose newest record is older than
+    /// `cutoff` (rolling the active one first when it is all old); returns
+    /// how many records went. Offsets are kept: the active segment's file
+    /// name carries the next offset even when it is empty.
+    pub(crate) fn expire(&self, cutoff: u64) -> Result<u64, BusError> {
+        let mut writer = lock(&self.writer);
+        let active_old = {
+            let read = self.reader();
+            read.segments
+                .last()
+                .is_some_and(|s| s.index.end > s.base && s.index.max_ts < cutoff)
+        };
+        if active_old
+            && writer.poisoned.is_none()
+            && let Err(cause) = self.roll(&mut writer)
+        {
+            writer.poisoned = Some(cause.clone());
+            return Err(self.poisoned_error(&cause));
+        }
+        let gone: Vec<(u64, u64)> = {
+            let mut read = self.read_mut();
+            let sealed = read.segments.len().saturating_sub(1);
+            let count = read.segments[..sealed]
+                .iter()
+                .take_while(|s| s.index.max_ts < cutoff)
+                .count();
+            let gone: Vec<(u64, u64)> = read
+                .segments
+                .drain(..count)
+                .map(|s| (s.base, s.index.end))
+                .collect();
+            if let Some(start) = read.segments.first().map(|s| s.base)
+                && !gone.is_empty()
+            {
+                read.uids.retain(|_, offset| *offset >= start);
+            }
+            gone
+        };
+        drop(writer);
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        for &(base, _) in &gone {
+            for ext in [LOG, IDX, UIDS] {
+                match std::fs::remove_file(segment::path(&self.dir, base, ext)) {
+                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(error.into());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        fsutil::sync_dir(&self.dir)?;
+        Ok(gone.iter().map(|(base, end)| end - base).sum())
+    }
+
+    /// Fsyncs bytes written under [`crate::Durability::Interval`].
+    pub(crate) fn flush(&self) -> Result<(), BusError> {
+        let mut writer = lock(&self.writer);
+        if !writer.dirty || writer.poisoned.is_some() {
+            return Ok(());
+        }
+        if let Err(error) = self.options.files.sync_data(&writer.file) {
+            let cause = format!("fsync: {error}");
+            writer.poisoned = Some(cause.clone());
+            return Err(self.poisoned_error(&cause));
+        }
+        writer.dirty = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,43 @@
+//! Hooks for tests that write around the bus (conformance C14 cases, crash
+//! tests). Not a stable API.
+
+use std::path::Path;
+
+use bus_core::BusError;
+
+use crate::EmbeddedBus;
+use crate::frame::NewRecord;
+
+pub use crate::options::FileLayer;
+
+/// Appends one record with exactly these bytes and tag (a valid CRC, but no
+/// signing or checks) to `topic`/`partition` of the bus stored in `dir`,
+/// which must not be open. Returns the record's offset.
+pub fn append_raw_record(
+    dir: &Path,
+    topic: &str,
+    partition: u32,
+    key: &str,
+    uid: Option<&str>,
+    value: &[u8],
+    tag: Option<&[u8]>,
+) -> Result<u64, BusError> {
+    let bus = EmbeddedBus::open(dir)?;
+    bus.append_raw(
+        topic,
+        partition,
+        NewRecord {
+            key: key.to_owned(),
+            uid: uid.map(str::to_owned),
+            tag: tag.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+        },
+    )
+}
+
+/// The directory of `topic`/`partition` under the data directory `dir`.
+pub fn partition_dir(dir: &Path, topic: &str, partition: u32) -> std::path::PathBuf {
+    dir.join("topics")
+        .join(crate::topic::dir_name(topic))
+        .join(format!("p{partition:04}"))
+}

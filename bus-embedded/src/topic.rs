@@ -1,0 +1,119 @@
+//! A topic on disk: `topics/<encoded name>/topic.json` plus one directory
+//! per partition.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bus_core::{BusError, TopicSpec};
+
+use crate::fsutil;
+use crate::options::Options;
+use crate::partition::Partition;
+use crate::recovery::open_partition;
+
+/// The topic's spec, written last when provisioning, so a topic directory
+/// without it is an interrupted provisioning and is ignored.
+const SPEC_FILE: &str = "topic.json";
+
+/// A provisioned topic and its open partitions.
+#[derive(Debug)]
+pub(crate) struct Topic {
+    pub spec: TopicSpec,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+/// The directory name of a topic. Topic names are `[A-Za-z0-9._-]`, never
+/// `.`/`..`; upper-case letters become `+` and the lower-case letter, so
+/// `x` and `X` stay apart on case-insensitive file systems (`+` is not a
+/// legal name character, so the encoding is injective).
+pub(crate) fn dir_name(topic: &str) -> String {
+    let mut out = String::with_capacity(topic.len() + 4);
+    for c in topic.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('+');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn partition_dir(topic_dir: &Path, partition: u32) -> PathBuf {
+    topic_dir.join(format!("p{partition:04}"))
+}
+
+/// Creates a topic's directories and, last, its spec file.
+pub(crate) fn create(topics_dir: &Path, spec: &TopicSpec) -> Result<(), BusError> {
+    let dir = topics_dir.join(dir_name(&spec.name));
+    fsutil::create_dir(&dir)?;
+    for partition in 0..spec.partitions {
+        let pdir = partition_dir(&dir, partition);
+        fsutil::create_dir(&pdir)?;
+        if crate::segment::list(&pdir)?.is_empty() {
+            crate::recovery::create_segment(&pdir, 0)?;
+        }
+    }
+    fsutil::sync_dir(&dir)?;
+    fsutil::write_atomic(&dir.join(SPEC_FILE), &serde_json::to_vec_pretty(spec)?)?;
+    fsutil::sync_dir(topics_dir)?;
+    Ok(())
+}
+
+/// Opens a provisioned topic's partitions.
+pub(crate) fn open(
+    topics_dir: &Path,
+    spec: TopicSpec,
+    options: &Options,
+) -> Result<Topic, BusError> {
+    let dir = topics_dir.join(dir_name(&spec.name));
+    let partitions = (0..spec.partitions)
+        .map(|p| open_partition(&spec.name, p, partition_dir(&dir, p), options).map(Arc::new))
+        .collect::<Result<_, _>>()?;
+    Ok(Topic { spec, partitions })
+}
+
+/// The specs of every provisioned topic under `topics_dir`.
+pub(crate) fn list(topics_dir: &Path) -> Result<Vec<TopicSpec>, BusError> {
+    let mut specs = Vec::new();
+    for entry in std::fs::read_dir(topics_dir)? {
+        let entry = entry?;
+        let path = entry.path().join(SPEC_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let bad = |reason: String| BusError::Corrupt {
+            location: path.display().to_string(),
+            offset: 0,
+            reason,
+        };
+        let spec: TopicSpec =
+            serde_json::from_slice(&bytes).map_err(|e| bad(format!("unreadable spec: {e}")))?;
+        spec.validate_as("topic.json")
+            .map_err(|e| bad(e.to_string()))?;
+        if entry.file_name().to_str() != Some(dir_name(&spec.name).as_str()) {
+            return Err(bad(format!(
+                "spec names topic {:?}, which does not belong in this directory",
+                spec.name
+            )));
+        }
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+impl Topic {
+    /// The partition `partition`, or the error naming the valid range.
+    pub fn partition(&self, partition: u32) -> Result<&Arc<Partition>, BusError> {
+        bus_core::check_partition(&self.spec.name, partition, self.spec.partitions)?;
+        self.partitions
+            .get(partition as usize)
+            .ok_or_else(|| BusError::UnknownPartition {
+                topic: self.spec.name.clone(),
+                partition,
+                partitions: self.spec.partitions,
+            })
+    }
+}

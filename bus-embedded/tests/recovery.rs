@@ -1,0 +1,267 @@
+//! Recovery from damaged files: torn tails at every byte, bit flips in
+//! sealed segments, damaged or missing indexes, interrupted rolls.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use bus_core::{BatchRecord, BusError, EventBus, StoredEvent};
+use bus_embedded::{EmbeddedBus, Options};
+use support::{
+    TOPIC, assert_gap_free, frame_starts, open, provision, read_all, segments, value_for,
+};
+
+fn uid(i: usize) -> String {
+    format!("u{i}")
+}
+
+/// Publishes `n` records one by one (one frame each) with UIDs `u0..`.
+fn publish(bus: &dyn EventBus, from: usize, n: usize) {
+    for i in from..from + n {
+        let ack = bus
+            .publish_idempotent(TOPIC, "k", &value_for(&uid(i), i), &uid(i))
+            .unwrap();
+        assert_eq!(ack.offset, i as u64);
+    }
+}
+
+fn assert_records(events: &[StoredEvent], n: usize) {
+    assert_eq!(events.len(), n);
+    assert_gap_free(events);
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event.value, value_for(&uid(i), i), "offset {i}");
+    }
+}
+
+#[test]
+fn torn_tail_at_every_byte_of_the_last_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let before;
+    {
+        let bus = open(dir.path());
+        provision(&bus, 1);
+        publish(&bus, 0, 10);
+        before = std::fs::metadata(&segments(dir.path(), 0)[0])
+            .unwrap()
+            .len();
+        let batch: Vec<BatchRecord> = (10..13)
+            .map(|i| BatchRecord::new("k", value_for(&uid(i), i)).with_uid(uid(i)))
+            .collect();
+        bus.publish_batch(TOPIC, &batch).unwrap();
+    }
+    let log = segments(dir.path(), 0)[0].clone();
+    let full = std::fs::read(&log).unwrap();
+    assert!(full.len() as u64 > before + 8);
+    for cut in before as usize..full.len() {
+        std::fs::write(&log, &full[..cut]).unwrap();
+        let bus = open(dir.path());
+        assert_records(&read_all(&bus, 0).unwrap(), 10);
+        assert_eq!(bus.find_event_by_uid(TOPIC, "k", &uid(11)).unwrap(), None);
+        assert!(
+            bus.find_event_by_uid(TOPIC, "k", &uid(9))
+                .unwrap()
+                .is_some()
+        );
+        let ack = bus.publish(TOPIC, "k", &value_for("after", 0)).unwrap();
+        assert_eq!(ack.offset, 10, "cut at {cut}");
+    }
+    std::fs::write(&log, &full).unwrap();
+    let bus = open(dir.path());
+    assert_records(&read_all(&bus, 0).unwrap(), 13);
+}
+
+fn sealed_options() -> Options {
+    Options::default()
+        .segment_bytes(700)
+        .index_interval_bytes(150)
+}
+
+/// A dir with several sealed segments of 40 single-record frames.
+fn sealed_dir() -> (tempfile::TempDir, Vec<PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bus = EmbeddedBus::open_with(dir.path(), sealed_options()).unwrap();
+        provision(&bus, 1);
+        publish(&bus, 0, 40);
+    }
+    let logs = segments(dir.path(), 0);
+    assert!(logs.len() >= 4, "{logs:?}");
+    (dir, logs)
+}
+
+/// Reading everything must report the damage; what it returns before must be right.
+fn assert_damage_reported(dir: &Path, what: &str) {
+    let bus = match EmbeddedBus::open(dir) {
+        Err(BusError::Corrupt { .. }) => return,
+        Err(other) => panic!("{what}: expected Corrupt, got {other:?}"),
+        Ok(bus) => bus,
+    };
+    let mut offset = 0;
+    loop {
+        match bus.fetch(TOPIC, 0, offset, 7) {
+            Ok(page) if page.is_empty() => panic!("{what}: damage was not reported"),
+            Ok(page) => {
+                for event in &page {
+                    assert_eq!(event.offset, offset, "{what}: hole");
+                    let i = offset as usize;
+                    assert_eq!(event.value, value_for(&uid(i), i), "{what}: wrong data");
+                    offset += 1;
+                }
+            }
+            Err(BusError::Corrupt { .. } | BusError::Integrity { .. }) => return,
+            Err(other) => panic!("{what}: unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn bit_flips_in_sealed_segments_are_reported() {
+    for (name, pick) in [
+        ("length low bit", 0usize),
+        ("length high byte", 3),
+        ("checksum", 5),
+        ("header", 12),
+        ("payload", 40),
+    ] {
+        for frame in [0usize, 1, 2] {
+            let (dir, logs) = sealed_dir();
+            let log = &logs[1];
+            let mut bytes = std::fs::read(log).unwrap();
+            let starts = frame_starts(&bytes);
+            let at = starts[frame.min(starts.len() - 1)] + pick;
+            bytes[at] ^= if pick == 3 { 0x80 } else { 0x01 };
+            std::fs::write(log, &bytes).unwrap();
+            assert_damage_reported(dir.path(), &format!("{name} of frame {frame}"));
+        }
+    }
+}
+
+#[test]
+fn damage_inside_the_active_segment_fails_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bus = open(dir.path());
+        provision(&bus, 1);
+        publish(&bus, 0, 5);
+    }
+    let log = segments(dir.path(), 0)[0].clone();
+    let mut bytes = std::fs::read(&log).unwrap();
+    let second = frame_starts(&bytes)[1];
+    bytes[second + 30] ^= 0x10;
+    std::fs::write(&log, &bytes).unwrap();
+    match EmbeddedBus::open(dir.path()) {
+        Err(BusError::Corrupt {
+            location, offset, ..
+        }) => {
+            assert!(location.ends_with(".log"), "{location}");
+            assert_eq!(offset, 1);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+fn hint(log: &Path, ext: &str) -> PathBuf {
+    log.with_extension(ext)
+}
+
+fn assert_every_fetch(dir: &Path, n: usize) {
+    let bus = EmbeddedBus::open_with(dir, sealed_options()).unwrap();
+    assert_records(&read_all(&bus, 0).unwrap(), n);
+    for i in (0..n).rev() {
+        let got = bus.fetch(TOPIC, 0, i as u64, 1).unwrap();
+        assert_eq!(got[0].value, value_for(&uid(i), i));
+        let found = bus.find_event_by_uid(TOPIC, "k", &uid(i)).unwrap().unwrap();
+        assert_eq!(found.offset, i as u64);
+    }
+    let ack = bus.publish(TOPIC, "k", &value_for("next", 0)).unwrap();
+    assert_eq!(ack.offset, n as u64);
+}
+
+#[test]
+fn damaged_indexes_are_rebuilt() {
+    type Damage = fn(&Path);
+    let damages: [(&str, Damage); 5] = [
+        ("missing", |p| std::fs::remove_file(p).unwrap()),
+        ("truncated", |p| {
+            let len = std::fs::metadata(p).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+        }),
+        ("zero-filled", |p| {
+            let len = std::fs::metadata(p).unwrap().len() as usize;
+            std::fs::write(p, vec![0; len]).unwrap();
+        }),
+        ("empty", |p| std::fs::write(p, b"").unwrap()),
+        ("garbage", |p| {
+            std::fs::write(p, b"not an index at all").unwrap()
+        }),
+    ];
+    for ext in ["idx", "uids"] {
+        for (name, damage) in damages {
+            let (dir, logs) = sealed_dir();
+            let originals: Vec<Vec<u8>> = logs[..logs.len() - 1]
+                .iter()
+                .map(|log| std::fs::read(hint(log, ext)).unwrap())
+                .collect();
+            for log in &logs[..logs.len() - 1] {
+                damage(&hint(log, ext));
+            }
+            assert_every_fetch(dir.path(), 40);
+            for (log, original) in logs.iter().zip(&originals) {
+                let rebuilt = std::fs::read(hint(log, ext)).unwrap();
+                assert_eq!(&rebuilt, original, "{ext} {name}: rebuilt differently");
+            }
+        }
+    }
+}
+
+#[test]
+fn swapped_index_files_are_not_trusted() {
+    let (dir, logs) = sealed_dir();
+    let a = std::fs::read(hint(&logs[0], "idx")).unwrap();
+    let b = std::fs::read(hint(&logs[1], "idx")).unwrap();
+    std::fs::write(hint(&logs[0], "idx"), b).unwrap();
+    std::fs::write(hint(&logs[1], "idx"), a).unwrap();
+    assert_every_fetch(dir.path(), 40);
+}
+
+#[test]
+fn crash_between_roll_and_metadata() {
+    // The next segment was created, the sealed one's hints never written.
+    let (dir, logs) = sealed_dir();
+    for log in &logs[..logs.len() - 1] {
+        std::fs::remove_file(hint(log, "idx")).unwrap();
+        std::fs::remove_file(hint(log, "uids")).unwrap();
+    }
+    let next = logs
+        .last()
+        .unwrap()
+        .with_file_name(format!("{:020}.log", 40));
+    if std::fs::metadata(logs.last().unwrap()).unwrap().len() > 0 {
+        std::fs::write(&next, b"").unwrap();
+    }
+    assert_every_fetch(dir.path(), 40);
+
+    // The hints of the active segment were written, its successor never created.
+    let (dir, logs) = sealed_dir();
+    let active = logs.last().unwrap();
+    std::fs::copy(hint(&logs[0], "idx"), hint(active, "idx")).unwrap();
+    std::fs::copy(hint(&logs[0], "uids"), hint(active, "uids")).unwrap();
+    assert_every_fetch(dir.path(), 40);
+    assert!(!hint(active, "idx").exists());
+}
+
+#[test]
+fn a_gap_between_segments_is_corruption() {
+    let (dir, logs) = sealed_dir();
+    std::fs::remove_file(&logs[1]).unwrap();
+    assert!(matches!(
+        EmbeddedBus::open(dir.path()),
+        Err(BusError::Corrupt { .. })
+    ));
+}
