@@ -219,7 +219,9 @@ pub fn tail(
         }
         // An embedded directory admits one process at a time: let go of it
         // between polls so publishers can get in.
-        if !exclusive {
+        if exclusive {
+            drop(current);
+        } else {
             bus = Some(current);
         }
         // The trait has no push subscription, so followers poll, backing off
