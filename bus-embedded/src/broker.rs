@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PublishAck, StoredEvent,
-    check_partition, encode_value, partition_for, resolve_uid, validate_key, validate_uid,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, StoredEvent, check_partition, encode_value, partition_for, resolve_uid,
+    validate_key, validate_uid,
 };
 
 use crate::frame::NewRecord;
@@ -294,6 +295,10 @@ impl EventBus for EmbeddedBus {
         topic
             .partition(partition)?
             .fetch(offset, max, auth.as_ref())
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+        Ok(self.inner.topic(topic)?.partition(partition)?.offsets())
     }
 
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {

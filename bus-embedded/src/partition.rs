@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
-use bus_core::{BusError, StoredEvent, now_ms};
+use bus_core::{BusError, PartitionOffsets, StoredEvent, now_ms};
 
 use crate::frame::{self, NewRecord, RecordRef};
 use crate::index::SegmentIndex;
@@ -297,6 +297,14 @@ impl Partition {
             read.uids.entry(uid).or_insert(offset);
         }
         Ok(())
+    }
+
+    /// The retained range: the oldest segment's base to the next offset.
+    pub(crate) fn offsets(&self) -> PartitionOffsets {
+        let read = self.reader();
+        let first = read.segments.first().map_or(0, |s| s.base);
+        let next = read.segments.last().map_or(first, |s| s.index.end);
+        PartitionOffsets { first, next }
     }
 
     /// The stored offset of `uid`.

@@ -41,6 +41,7 @@ macro_rules! __for_each_case {
             c04_offsets_start_at_zero_and_grow_by_one,
             c04_ack_offset_is_the_stored_offset,
             c04_offsets_continue_after_reopen,
+            c04_offsets_report_the_retained_range,
             c05_fetch_ranges_and_limits,
             c05_fetch_at_end_returns_promptly,
             c05_values_round_trip_exactly,

@@ -299,3 +299,35 @@ pub fn c12_bad_batch_stores_nothing(ctx: &mut Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// C4/C11: `offsets` reports the retained range, also once retention
+/// expired everything (when the backend runs retention in `maintenance`).
+pub fn c04_offsets_report_the_retained_range(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.topic("t");
+    ctx.provision([TopicSpec::new(topic.clone(), 2).with_retention_ms(1_000)]);
+    let key = key_for_partition("k", 1, 2);
+    publish_n(ctx.bus(), &topic, &key, 5);
+    let range = |ctx: &Ctx, p| ok("offsets", ctx.bus().offsets(&topic, p));
+    assert_eq!(
+        range(ctx, 0),
+        bus_core::PartitionOffsets { first: 0, next: 0 }
+    );
+    assert_eq!(
+        range(ctx, 1),
+        bus_core::PartitionOffsets { first: 0, next: 5 }
+    );
+    assert_err!(
+        ctx.bus().offsets(&topic, 2),
+        BusError::UnknownPartition { .. }
+    );
+    ctx.require(
+        ctx.caps().maintenance_retention,
+        "retention is not run by maintenance",
+    )?;
+    ok("maintenance", ctx.bus().maintenance(now_ms() + 60_000));
+    assert_eq!(
+        range(ctx, 1),
+        bus_core::PartitionOffsets { first: 5, next: 5 }
+    );
+    Ok(())
+}
