@@ -1,1 +1,38 @@
-//! Placeholder: filled by its backend issue.
+//! `bus-nats`: the bus [`EventBus`](bus_core::EventBus) over NATS
+//! JetStream.
+//!
+//! One JetStream stream per topic partition (file storage), so offsets are
+//! partition-local and gap-free: offset = stream sequence − 1. Each record's
+//! key, UID and authentication tag travel in headers. Records with a UID go
+//! to a subject of their own, published on the condition that it is empty,
+//! so a UID is stored once for as long as its record is retained and
+//! `find_event_by_uid` is one indexed direct get. The async client runs on
+//! the bus's own connector thread; every call is bounded by the operation
+//! timeout (10 s by default).
+//!
+//! ```no_run
+//! use bus_core::{EventBus, Manifest, TopicSpec};
+//!
+//! let bus = bus_nats::NatsBus::connect("nats://127.0.0.1:4222?prefix=demo&timeout_ms=2000")?;
+//! bus.provision(&Manifest::new([TopicSpec::new("audit", 4)]))?;
+//! let ack = bus.publish_idempotent("audit", "agent-1", &serde_json::json!({"n": 1}), "evt-1")?;
+//! assert_eq!(bus.find_event_by_uid("audit", "agent-1", "evt-1")?, Some(ack));
+//! # Ok::<(), bus_core::BusError>(())
+//! ```
+//!
+//! A publish that times out during an outage may still be stored once the
+//! connection returns (the client resends what it buffered): retry with a
+//! UID to make that harmless.
+
+mod bus;
+mod errors;
+mod fetch;
+pub mod naming;
+mod options;
+mod publish;
+mod record;
+mod shared;
+mod topics;
+
+pub use bus::NatsBus;
+pub use options::{DEFAULT_PREFIX, NatsOptions};

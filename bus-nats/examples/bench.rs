@@ -1,0 +1,353 @@
+//! bus-nats against the raw async-nats client, same server, same work:
+//!
+//! ```text
+//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-nats --example bench -- \
+//!     [--records 1000000] [--serial 5000] [--batch 100000] [--server-pid PID]
+//! ```
+//!
+//! Prints a table (and one JSON line) of: serial publish with ack, pipelined
+//! batch publish, sequential replay, find_event_by_uid and end-of-stream
+//! fetch latency, and the server's resident memory after `--records` stored
+//! records with UIDs (one subject per UID).
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, stream};
+use bus_core::{BatchRecord, EventBus, EventBusExt, Manifest, TopicSpec};
+use bus_nats::naming::{KEY_HEADER, encode_header_text, stream_name};
+use bus_nats::{NatsBus, NatsOptions};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+struct Args {
+    records: usize,
+    serial: usize,
+    batch: usize,
+    server_pid: Option<u32>,
+}
+
+fn args() -> Args {
+    let mut parsed = Args {
+        records: 1_000_000,
+        serial: 5_000,
+        batch: 100_000,
+        server_pid: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let raw = it.next().unwrap_or_else(|| panic!("{flag} needs a number"));
+        let number = || -> usize {
+            raw.parse()
+                .unwrap_or_else(|_| panic!("{flag} needs a number, not {raw:?}"))
+        };
+        match flag.as_str() {
+            "--records" => parsed.records = number(),
+            "--serial" => parsed.serial = number(),
+            "--batch" => parsed.batch = number(),
+            "--server-pid" => parsed.server_pid = u32::try_from(number()).ok(),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    parsed
+}
+
+fn value(i: usize) -> Value {
+    json!({ "i": i, "agent": "agent-7", "kind": "bench", "payload": "x".repeat(150) })
+}
+
+fn rate(count: usize, took: Duration) -> f64 {
+    count as f64 / took.as_secs_f64()
+}
+
+fn median(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let p99 = samples[(samples.len() * 99 / 100).min(samples.len() - 1)];
+    (samples[samples.len() / 2], p99)
+}
+
+/// VmRSS in KiB of `pid`, or of the nats-server listening on `port`.
+fn server_rss(pid: Option<u32>, port: &str) -> Option<(u32, u64)> {
+    let pid = pid.or_else(|| {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(Result::ok)
+            .find_map(|entry| {
+                let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let args: Vec<String> = cmdline
+                    .split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                let is_server = args.first()?.ends_with("nats-server");
+                let on_port = args
+                    .windows(2)
+                    .any(|w| (w[0] == "-p" || w[0] == "--port") && w[1] == port);
+                (is_server && on_port).then_some(pid)
+            })
+    })?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    Some((pid, line.split_whitespace().nth(1)?.parse().ok()?))
+}
+
+async fn raw_stream(js: &jetstream::Context, name: &str) -> stream::Stream {
+    let _ = js.delete_stream(name).await;
+    js.create_stream(stream::Config {
+        name: name.to_owned(),
+        subjects: vec![format!("{name}.>")],
+        storage: stream::StorageType::File,
+        allow_direct: true,
+        ..Default::default()
+    })
+    .await
+    .expect("raw stream")
+}
+
+fn headers() -> async_nats::HeaderMap {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(KEY_HEADER, encode_header_text("k"));
+    headers
+}
+
+fn main() {
+    let args = args();
+    let url = std::env::var("BUS_NATS_URL").expect("set BUS_NATS_URL");
+    let port = url
+        .rsplit(':')
+        .next()
+        .unwrap_or("4222")
+        .trim_end_matches('/')
+        .to_owned();
+    let prefix = format!("bench-{}", std::process::id());
+    let options = NatsOptions::from_url(&url)
+        .expect("url")
+        .prefix(prefix.clone());
+    let bus = NatsBus::connect_with(options.clone()).expect("bus");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let js = runtime.block_on(async {
+        jetstream::new(
+            async_nats::connect(options.servers.clone())
+                .await
+                .expect("raw connect"),
+        )
+    });
+    let raw_prefix = format!("{prefix}-raw");
+    let mut rows: Vec<(String, String, String, String, String)> = Vec::new();
+    let mut row = |name: &str, bus: String, raw: String, ratio: String, target: &str| {
+        println!("{name:<34} {bus:>14} {raw:>14} {ratio:>7} {target:>8}");
+        rows.push((name.into(), bus, raw, ratio, target.into()));
+    };
+    println!(
+        "{:<34} {:>14} {:>14} {:>7} {:>8}",
+        "measure", "bus-nats", "raw", "ratio", "target"
+    );
+
+    // Serial publish, each awaiting its PubAck.
+    bus.provision(&Manifest::new([
+        TopicSpec::new("serial", 1),
+        TopicSpec::new("batch", 1),
+    ]))
+    .expect("provision");
+    let payloads: Vec<Value> = (0..args.serial.max(args.batch)).map(value).collect();
+    let started = Instant::now();
+    for v in &payloads[..args.serial] {
+        bus.publish("serial", "k", v).expect("publish");
+    }
+    let bus_serial = rate(args.serial, started.elapsed());
+    let raw_serial = runtime.block_on(async {
+        raw_stream(&js, &format!("{raw_prefix}-serial")).await;
+        let subject = format!("{raw_prefix}-serial.r");
+        let started = Instant::now();
+        for v in &payloads[..args.serial] {
+            let bytes = serde_json::to_vec(v).expect("json");
+            js.publish_with_headers(subject.clone(), headers(), bytes.into())
+                .await
+                .expect("send")
+                .await
+                .expect("ack");
+        }
+        rate(args.serial, started.elapsed())
+    });
+    row(
+        "serial publish (msg/s)",
+        format!("{bus_serial:.0}"),
+        format!("{raw_serial:.0}"),
+        format!("{:.2}", bus_serial / raw_serial),
+        ">= 0.9",
+    );
+
+    // Pipelined batch publish: 1,000 sent, then their acks awaited.
+    let records: Vec<BatchRecord> = payloads[..args.batch]
+        .iter()
+        .map(|v| BatchRecord::new("k", v.clone()))
+        .collect();
+    let started = Instant::now();
+    for chunk in records.chunks(1_000) {
+        bus.publish_batch("batch", chunk).expect("batch");
+    }
+    let bus_batch = rate(args.batch, started.elapsed());
+    let raw_batch = runtime.block_on(async {
+        raw_stream(&js, &format!("{raw_prefix}-batch")).await;
+        let subject = format!("{raw_prefix}-batch.r");
+        let started = Instant::now();
+        for chunk in payloads[..args.batch].chunks(1_000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for v in chunk {
+                let bytes = serde_json::to_vec(v).expect("json");
+                acks.push(
+                    js.publish_with_headers(subject.clone(), headers(), bytes.into())
+                        .await
+                        .expect("send"),
+                );
+            }
+            for ack in acks {
+                ack.await.expect("ack");
+            }
+        }
+        rate(args.batch, started.elapsed())
+    });
+    row(
+        "batch publish (msg/s)",
+        format!("{bus_batch:.0}"),
+        format!("{raw_batch:.0}"),
+        format!("{:.2}", bus_batch / raw_batch),
+        ">= 0.8",
+    );
+
+    // Sequential replay of the batch partition.
+    let started = Instant::now();
+    let replayed = bus.fetch_all("batch", 0, 0, 1_000).expect("replay").len();
+    let bus_replay = rate(replayed, started.elapsed());
+    let raw_replay = runtime.block_on(async {
+        let stream = js
+            .get_stream(stream_name(&prefix, "batch", 0))
+            .await
+            .expect("stream");
+        let started = Instant::now();
+        let ordered = stream
+            .create_consumer(consumer::pull::OrderedConfig::default())
+            .await
+            .expect("ordered consumer");
+        let mut messages = ordered.messages().await.expect("messages");
+        // The same work as the bus: each value parsed into JSON.
+        for _ in 0..replayed {
+            let message = messages.next().await.expect("message").expect("ok");
+            let _: Value = serde_json::from_slice(&message.payload).expect("json");
+        }
+        rate(replayed, started.elapsed())
+    });
+    row(
+        "sequential replay (msg/s)",
+        format!("{bus_replay:.0}"),
+        format!("{raw_replay:.0}"),
+        format!("{:.2}", bus_replay / raw_replay),
+        ">= 0.8",
+    );
+
+    // End-of-stream fetch latency.
+    let end = replayed as u64;
+    let samples: Vec<Duration> = (0..1_000)
+        .map(|_| {
+            let started = Instant::now();
+            assert!(bus.fetch("batch", 0, end, 100).expect("fetch").is_empty());
+            started.elapsed()
+        })
+        .collect();
+    let (p50, p99) = median(samples);
+    row(
+        "fetch at end p50 / p99 (us)",
+        format!("{} / {}", p50.as_micros(), p99.as_micros()),
+        "-".into(),
+        "-".into(),
+        "< 5 ms",
+    );
+
+    // Memory after `records` stored records with UIDs, then find by UID.
+    bus.provision(&Manifest::new([TopicSpec::new("uids", 1)]))
+        .expect("provision");
+    let before = server_rss(args.server_pid, &port);
+    let started = Instant::now();
+    let mut batch = Vec::with_capacity(1_000);
+    for i in 0..args.records {
+        batch.push(BatchRecord::new("k", value(i)).with_uid(format!("evt-{i:09}")));
+        if batch.len() == 1_000 || i + 1 == args.records {
+            bus.publish_batch("uids", &batch).expect("uid batch");
+            batch.clear();
+        }
+    }
+    let uid_rate = rate(args.records, started.elapsed());
+    let after = server_rss(args.server_pid, &port);
+    row(
+        "batch publish with UIDs (msg/s)",
+        format!("{uid_rate:.0}"),
+        "-".into(),
+        "-".into(),
+        "-",
+    );
+    let step = (args.records / 1_000).max(1);
+    let samples: Vec<Duration> = (0..args.records)
+        .step_by(step)
+        .map(|i| {
+            let uid = format!("evt-{i:09}");
+            let started = Instant::now();
+            assert!(
+                bus.find_event_by_uid("uids", "k", &uid)
+                    .expect("find")
+                    .is_some()
+            );
+            started.elapsed()
+        })
+        .collect();
+    let (p50, p99) = median(samples);
+    row(
+        "find_event_by_uid p50 / p99 (us)",
+        format!("{} / {}", p50.as_micros(), p99.as_micros()),
+        "-".into(),
+        "-".into(),
+        "-",
+    );
+    let show = |rss: Option<(u32, u64)>| {
+        rss.map_or("unknown".to_owned(), |(pid, kib)| {
+            format!("{} MiB (pid {pid})", kib / 1024)
+        })
+    };
+    row(
+        &format!("server VmRSS before {} records", args.records),
+        show(before),
+        "-".into(),
+        "-".into(),
+        "-",
+    );
+    row(
+        &format!("server VmRSS after {} records", args.records),
+        show(after),
+        "-".into(),
+        "-".into(),
+        "-",
+    );
+
+    let json: Vec<Value> = rows
+        .iter()
+        .map(|(m, b, r, x, t)| json!({"measure": m, "bus": b, "raw": r, "ratio": x, "target": t}))
+        .collect();
+    println!("{}", Value::Array(json));
+
+    // Leave the server as found.
+    drop(bus);
+    runtime.block_on(async {
+        let names: Vec<String> = js
+            .stream_names()
+            .filter_map(|n| async move { n.ok() })
+            .collect()
+            .await;
+        for name in names
+            .into_iter()
+            .filter(|n| n.starts_with(&format!("{prefix}_")) || n.starts_with(&raw_prefix))
+        {
+            let _ = js.delete_stream(&name).await;
+        }
+    });
+}

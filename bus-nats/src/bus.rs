@@ -1,0 +1,342 @@
+//! [`NatsBus`]: the [`EventBus`] over JetStream. Every async call runs on
+//! the bus's own connector thread ([`ConnectorExecutor`]), bounded by the
+//! operation timeout; callers block only on their own thread.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bus_core::auth::RecordAuth;
+use bus_core::{
+    BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
+    PublishAck, StoredEvent, check_partition, partition_for, validate_key, validate_topic_name,
+    validate_uid,
+};
+
+use crate::errors::{BACKEND, unavailable};
+use crate::naming::record_subject;
+use crate::options::NatsOptions;
+use crate::publish::{prepare, send_all};
+use crate::shared::{Shared, TopicState};
+use crate::{fetch, topics};
+
+/// Acks a single connection may leave outstanding (pipelined batches).
+const MAX_ACKS_IN_FLIGHT: usize = 65_536;
+/// How long dropping a bus waits to delete its readers' consumers.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A bus on NATS JetStream: one stream per topic partition.
+///
+/// ```no_run
+/// use bus_core::{EventBus, Manifest, TopicSpec};
+///
+/// let bus = bus_nats::NatsBus::connect("nats://127.0.0.1:4222?prefix=demo").unwrap();
+/// bus.provision(&Manifest::new([TopicSpec::new("audit", 4)])).unwrap();
+/// let ack = bus.publish("audit", "agent-1", &serde_json::json!({"n": 1})).unwrap();
+/// assert_eq!(bus.fetch("audit", ack.partition, ack.offset, 1).unwrap().len(), 1);
+/// ```
+pub struct NatsBus {
+    shared: Arc<Shared>,
+    executor: ConnectorExecutor,
+}
+
+impl std::fmt::Debug for NatsBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsBus")
+            .field("prefix", &self.shared.prefix)
+            .field("timeout", &self.shared.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsBus {
+    /// Connects using a `nats://` URL (see [`NatsOptions::from_url`]).
+    pub fn connect(url: &str) -> Result<Self, BusError> {
+        Self::connect_with(NatsOptions::from_url(url)?)
+    }
+
+    /// Connects with `options`. Fails within the connect timeout when no
+    /// server answers; after that, lost connections are re-established in
+    /// the background and calls fail within the operation timeout meanwhile.
+    pub fn connect_with(options: NatsOptions) -> Result<Self, BusError> {
+        options.check()?;
+        let executor = ConnectorExecutor::with_timeout("bus-nats", options.timeout)?;
+        let connect_timeout = options.connect_timeout + options.timeout;
+        let (timeout, prefix) = (options.timeout, options.prefix.clone());
+        let connected =
+            executor.run_bounded("nats connect", connect_timeout, move || async move {
+                let client = options
+                    .connect_options()
+                    .await?
+                    .connect(options.servers.clone())
+                    .await
+                    .map_err(|error| {
+                        unavailable(format!("connecting to {:?}: {error}", options.servers))
+                    })?;
+                let max_payload = client.server_info().max_payload;
+                let js = jetstream::ContextBuilder::new()
+                    .timeout(options.timeout)
+                    .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
+                    .build(client);
+                js.query_account()
+                    .await
+                    .map_err(|error| unavailable(format!("JetStream is not available: {error}")))?;
+                Ok::<_, BusError>((js, max_payload))
+            })??;
+        let (js, max_payload) = connected;
+        Ok(Self {
+            shared: Arc::new(Shared::new(js, prefix, timeout, max_payload)),
+            executor,
+        })
+    }
+
+    /// The stream-name prefix this bus uses.
+    pub fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    fn run<T, Fut>(
+        &self,
+        what: &str,
+        operation: impl FnOnce(Arc<Shared>) -> Fut + Send + 'static,
+    ) -> Result<T, BusError>
+    where
+        Fut: Future<Output = Result<T, BusError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = Arc::clone(&self.shared);
+        self.executor
+            .run_bounded(what, self.shared.timeout, move || operation(shared))?
+    }
+
+    /// The topic from the cache, else from the server (another process may
+    /// have provisioned it). Unknown topics create nothing (contract C2).
+    fn topic(&self, name: &str) -> Result<Arc<TopicState>, BusError> {
+        if let Some(state) = self.shared.cached(name) {
+            return Ok(state);
+        }
+        if validate_topic_name(name).is_err() {
+            return Err(BusError::UnknownTopic(name.to_owned()));
+        }
+        let owned = name.to_owned();
+        let spec = self.run("topic lookup", move |shared| async move {
+            topics::lookup(&shared, &owned).await
+        })?;
+        match spec {
+            Some(spec) => Ok(self.shared.remember(spec)),
+            None => Err(BusError::UnknownTopic(name.to_owned())),
+        }
+    }
+
+    fn publish_records(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        let state = self.topic(topic)?;
+        let prepared = records
+            .iter()
+            .map(|record| {
+                prepare(
+                    &self.shared,
+                    &state,
+                    &record.key,
+                    &record.value,
+                    record.uid.as_deref(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let name = state.spec.name.clone();
+        self.run("publish", move |shared| send_all(shared, name, prepared))
+    }
+
+    fn publish_one(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let state = self.topic(topic)?;
+        let prepared = prepare(&self.shared, &state, key, value, uid)?;
+        let name = state.spec.name.clone();
+        let acks = self.run("publish", move |shared| {
+            send_all(shared, name, vec![prepared])
+        })?;
+        acks.into_iter()
+            .next()
+            .ok_or_else(|| BusError::Backend("publish returned no ack".to_owned()))
+    }
+}
+
+impl EventBus for NatsBus {
+    fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
+        self.shared.set_auth(RecordAuth::new(&key));
+        Ok(())
+    }
+
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
+
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
+
+    fn find_event_by_uid(
+        &self,
+        topic: &str,
+        key: &str,
+        event_uid: &str,
+    ) -> Result<Option<PublishAck>, BusError> {
+        let state = self.topic(topic)?;
+        validate_key(key)?;
+        validate_uid(event_uid)?;
+        let partition = partition_for(key, state.spec.partitions);
+        let stream = state
+            .partitions
+            .get(partition as usize)
+            .map(|p| p.stream.clone())
+            .ok_or_else(|| {
+                BusError::Backend(format!("topic {topic:?} lost partition {partition}"))
+            })?;
+        let subject = record_subject(&stream, Some(event_uid));
+        let sequence = self.run("find_event_by_uid", move |shared| async move {
+            let handle = shared
+                .js
+                .get_stream_no_info(&stream)
+                .await
+                .map_err(|error| BusError::Backend(format!("stream {stream}: {error}")))?;
+            // The server's per-subject index answers; nothing is scanned.
+            match handle.direct_get_last_for_subject(subject).await {
+                Ok(message) => Ok(Some(message.sequence)),
+                Err(error) if error.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
+                    Ok(None)
+                }
+                Err(error) => Err(unavailable(format!(
+                    "find_event_by_uid in {stream}: {error}"
+                ))),
+            }
+        })?;
+        Ok(sequence.map(|sequence| PublishAck {
+            topic: topic.to_owned(),
+            partition,
+            offset: sequence.saturating_sub(1),
+        }))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let state = self.topic(topic)?;
+        check_partition(topic, partition, state.spec.partitions)?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.run("fetch", move |shared| {
+            fetch::fetch(shared, state, partition, offset, max)
+        })
+    }
+
+    fn partitions(&self, topic: &str) -> Result<u32, BusError> {
+        Ok(self.topic(topic)?.spec.partitions)
+    }
+
+    fn topics(&self) -> Vec<String> {
+        match self.run(
+            "topics",
+            |shared| async move { topics::list(&shared).await },
+        ) {
+            Ok(specs) => {
+                let mut names: Vec<String> = specs
+                    .into_iter()
+                    .map(|spec| self.shared.remember(spec).spec.name.clone())
+                    .collect();
+                names.sort();
+                names
+            }
+            // The trait gives no room for an error: answer from the cache.
+            Err(_) => self.shared.cached_names(),
+        }
+    }
+
+    fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
+        manifest.validate()?;
+        let owned = manifest.clone();
+        let specs = self.run("provision", move |shared| async move {
+            topics::provision(&shared, &owned).await
+        })?;
+        for spec in specs {
+            self.shared.remember(spec);
+        }
+        Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal(BACKEND)
+            .durable(true)
+            .dedup_horizon(DedupHorizon::Retained)
+            .native_retention(true)
+            .native_batch(true)
+    }
+
+    fn publish_batch(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.publish_records(topic, records)
+    }
+}
+
+impl Drop for NatsBus {
+    fn drop(&mut self) {
+        // Delete the readers' consumers now rather than leaving them to the
+        // server's inactivity expiry.
+        let cursors: Vec<(String, String)> = self
+            .shared
+            .all_cached()
+            .iter()
+            .flat_map(|topic| topic.partitions.iter())
+            .filter_map(|partition| {
+                partition
+                    .cursor
+                    .try_lock()
+                    .ok()?
+                    .as_ref()
+                    .map(fetch::Cursor::id)
+            })
+            .collect();
+        if cursors.is_empty() {
+            return;
+        }
+        let js = self.shared.js.clone();
+        let _ = self
+            .executor
+            .run_bounded("closing readers", CLEANUP_TIMEOUT, move || async move {
+                let deletes = cursors
+                    .iter()
+                    .map(|(stream, name)| js.delete_consumer_from_stream(name, stream));
+                futures::future::join_all(deletes).await;
+            });
+    }
+}

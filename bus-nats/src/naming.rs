@@ -1,0 +1,170 @@
+//! How topics, partitions and UIDs map to JetStream stream names, subjects
+//! and headers. Public so foreign clients (and the test harness) can write
+//! into a partition the way the bus does.
+//!
+//! Stream names may not contain `.`, `*`, `>`, whitespace or path
+//! separators, while topic names may contain `.`; the mapping escapes
+//! (`_` → `__`, `.` → `_d`) so that it is injective, and replaces names
+//! whose escape would be long by a hash (`_h` + 40 hex digits, a prefix the
+//! escape never produces), keeping stream names well within NATS limits.
+
+use sha2::{Digest, Sha256};
+
+use bus_core::auth::to_hex;
+
+/// Header carrying the record's partition key (percent-encoded).
+pub const KEY_HEADER: &str = "Bus-Key";
+/// Header carrying the record's event UID (percent-encoded).
+pub const UID_HEADER: &str = "Bus-Uid";
+/// Header carrying the record's authentication tag (lower-case hex).
+pub const TAG_HEADER: &str = "Bus-Tag";
+
+/// Stream metadata key holding the topic name.
+pub const META_TOPIC: &str = "bus.topic";
+/// Stream metadata key holding the partition index.
+pub const META_PARTITION: &str = "bus.partition";
+/// Stream metadata key holding the topic's whole `TopicSpec` as JSON.
+pub const META_SPEC: &str = "bus.spec";
+
+/// Longest escaped topic kept readable in stream names; longer ones are hashed.
+const MAX_ESCAPED: usize = 64;
+
+/// Whether `prefix` can start stream names: 1 to 32 of `[A-Za-z0-9-]` (no
+/// `_`, so `{prefix}_` marks where the topic part starts).
+pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.is_empty() || prefix.len() > 32 {
+        return Err(format!(
+            "{} bytes long; use 1 to 32 of [A-Za-z0-9-]",
+            prefix.len()
+        ));
+    }
+    if let Some(bad) = prefix
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
+    {
+        return Err(format!("contains {bad:?}; use only [A-Za-z0-9-]"));
+    }
+    Ok(())
+}
+
+/// The topic's token in stream names and subjects: its escape, or its hash
+/// when the escape is long. Valid as a stream-name part and a subject token.
+pub fn topic_token(topic: &str) -> String {
+    let mut escaped = String::with_capacity(topic.len() + 4);
+    for c in topic.chars() {
+        match c {
+            '_' => escaped.push_str("__"),
+            '.' => escaped.push_str("_d"),
+            other => escaped.push(other),
+        }
+    }
+    if escaped.len() <= MAX_ESCAPED {
+        escaped
+    } else {
+        let digest = Sha256::digest(topic.as_bytes());
+        format!("_h{}", &to_hex(&digest)[..40])
+    }
+}
+
+/// The stream of one partition: `{prefix}_{token}_{partition}`.
+pub fn stream_name(prefix: &str, topic: &str, partition: u32) -> String {
+    format!("{prefix}_{}_{partition}", topic_token(topic))
+}
+
+/// The subject filter covering every record of a partition's stream.
+pub fn stream_subjects(stream: &str) -> String {
+    format!("{stream}.>")
+}
+
+/// The subject a record is published on: one subject per UID (so the
+/// server's per-subject index answers dedup and find-by-UID), and one shared
+/// subject for records without UID.
+pub fn record_subject(stream: &str, uid: Option<&str>) -> String {
+    match uid {
+        Some(uid) => format!("{stream}.u.{}", uid_hash(uid)),
+        None => format!("{stream}.r"),
+    }
+}
+
+/// Hex of SHA-256 of the UID: a subject token whatever the UID holds.
+pub fn uid_hash(uid: &str) -> String {
+    to_hex(&Sha256::digest(uid.as_bytes()))
+}
+
+/// Percent-encodes everything but `[A-Za-z0-9-_.~]`, so header values keep
+/// leading/trailing spaces (NATS trims them) and any unicode exactly.
+pub fn encode_header_text(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+/// Reverses [`encode_header_text`]; `None` when malformed.
+pub fn decode_header_text(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = text.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn look_alike_topics_get_distinct_streams() {
+        let names = ["a", "a.0", "a_0", "A", "a..0", "a-0", "a_d0", "a__0", "_h"];
+        let mut streams: Vec<String> = names.iter().map(|n| stream_name("p", n, 0)).collect();
+        streams.extend(names.iter().map(|n| stream_name("p", n, 10)));
+        let unique: std::collections::HashSet<_> = streams.iter().collect();
+        assert_eq!(unique.len(), streams.len(), "{streams:?}");
+        for stream in &streams {
+            assert!(!stream.contains(['.', '*', '>', ' ']), "{stream}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_hashed_and_short() {
+        let long = "x.".repeat(100);
+        let stream = stream_name("bus", &long, 1023);
+        assert!(stream.len() < 64, "{stream}");
+        assert_ne!(stream, stream_name("bus", &"x.".repeat(99), 1023));
+    }
+
+    #[test]
+    fn header_text_round_trips() {
+        for text in ["", " lead and trail ", "ünï-🔑", "a:b%c", "quote\"\\"] {
+            let encoded = encode_header_text(text);
+            assert!(!encoded.contains([' ', '\r', '\n', ':']));
+            assert_eq!(decode_header_text(&encoded).as_deref(), Some(text));
+        }
+        assert_eq!(decode_header_text("%zz"), None);
+        assert_eq!(decode_header_text("%4"), None);
+    }
+
+    #[test]
+    fn prefixes() {
+        validate_prefix("bus-1").unwrap();
+        assert!(validate_prefix("").is_err());
+        assert!(validate_prefix("a_b").is_err());
+        assert!(validate_prefix("a.b").is_err());
+    }
+}

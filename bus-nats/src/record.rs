@@ -1,0 +1,126 @@
+//! A record as a NATS message: the value is the payload; key, UID and tag
+//! travel in headers (contract C14). Decoding verifies the tag when a
+//! control key is set.
+
+use async_nats::HeaderMap;
+use async_nats::header::HeaderValue;
+use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN, from_hex, to_hex};
+use bus_core::{BusError, StoredEvent};
+use bytes::Bytes;
+
+use crate::naming::{
+    KEY_HEADER, TAG_HEADER, UID_HEADER, decode_header_text, encode_header_text, uid_hash,
+};
+
+/// A message read back from a partition's stream.
+pub(crate) struct RawMessage {
+    pub(crate) sequence: u64,
+    pub(crate) headers: Option<HeaderMap>,
+    pub(crate) payload: Bytes,
+    pub(crate) stored_at: u64,
+}
+
+fn header(value: String) -> Result<HeaderValue, BusError> {
+    value
+        .parse::<HeaderValue>()
+        .map_err(|_| BusError::invalid("header", "cannot travel in a NATS header"))
+}
+
+/// The headers of a record the bus publishes. UID records are conditioned
+/// on their UID subject being empty, so a UID is stored once for as long as
+/// its record is retained; `Nats-Msg-Id` adds the server's window dedup.
+pub(crate) fn record_headers(
+    auth: Option<&RecordAuth>,
+    parts: RecordParts<'_>,
+) -> Result<HeaderMap, BusError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(KEY_HEADER, header(encode_header_text(parts.key))?);
+    if let Some(uid) = parts.uid {
+        headers.insert(UID_HEADER, header(encode_header_text(uid))?);
+        headers.insert("Nats-Msg-Id", header(uid_hash(uid))?);
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            header("0".to_owned())?,
+        );
+    }
+    if let Some(auth) = auth {
+        headers.insert(TAG_HEADER, header(to_hex(&auth.tag(parts)))?);
+    }
+    Ok(headers)
+}
+
+/// Byte size of the headers as sent, for max_payload errors.
+pub(crate) fn headers_len(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, values)| {
+            values
+                .iter()
+                .map(|value| AsRef::<str>::as_ref(name).len() + value.as_str().len() + 4)
+                .sum::<usize>()
+        })
+        .sum::<usize>()
+        + 12
+}
+
+/// Decodes and verifies one message of `topic`/`partition`.
+pub(crate) fn decode(
+    topic: &str,
+    partition: u32,
+    auth: Option<&RecordAuth>,
+    message: &RawMessage,
+) -> Result<StoredEvent, BusError> {
+    let offset = message.sequence.saturating_sub(1);
+    let integrity = |reason: &str| BusError::Integrity {
+        topic: topic.to_owned(),
+        partition,
+        offset,
+        reason: reason.to_owned(),
+    };
+    let text = |name: &str| -> Result<Option<String>, BusError> {
+        match message
+            .headers
+            .as_ref()
+            .and_then(|headers| headers.get(name))
+        {
+            None => Ok(None),
+            Some(value) => decode_header_text(value.as_str())
+                .map(Some)
+                .ok_or_else(|| integrity(&format!("header {name} is malformed"))),
+        }
+    };
+    let key = text(KEY_HEADER)?.unwrap_or_default();
+    let uid = text(UID_HEADER)?;
+    if let Some(auth) = auth {
+        let tag = message
+            .headers
+            .as_ref()
+            .and_then(|headers| headers.get(TAG_HEADER))
+            .ok_or_else(|| integrity("record carries no authentication tag"))?;
+        let parts = RecordParts {
+            topic,
+            partition,
+            key: &key,
+            uid: uid.as_deref(),
+            value: &message.payload,
+        };
+        match from_hex(tag.as_str()) {
+            Some(tag) if tag.len() == TAG_LEN && auth.verify(parts, &tag) => {}
+            _ => return Err(integrity("authentication tag does not match")),
+        }
+    }
+    let value = serde_json::from_slice(&message.payload)
+        .map_err(|_| integrity("value is not valid JSON"))?;
+    Ok(StoredEvent {
+        partition,
+        offset,
+        key,
+        value,
+        stored_at: message.stored_at,
+    })
+}
+
+/// Epoch milliseconds of a server timestamp.
+pub(crate) fn epoch_ms(time: async_nats::datetime::DateTime) -> u64 {
+    u64::try_from(time.unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+}

@@ -1,0 +1,124 @@
+//! State shared between the caller-facing [`crate::NatsBus`] and the tasks
+//! it runs on the connector: the client, the topic cache and the key.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_nats::jetstream::Context;
+use bus_core::TopicSpec;
+use bus_core::auth::RecordAuth;
+
+use crate::fetch::Cursor;
+use crate::naming::stream_name;
+
+/// One connection and what it has learnt about the server's topics.
+pub(crate) struct Shared {
+    pub(crate) js: Context,
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+    /// The server's `max_payload`, learnt at connect.
+    pub(crate) max_payload: usize,
+    topics: RwLock<HashMap<String, Arc<TopicState>>>,
+    auth: RwLock<Option<RecordAuth>>,
+}
+
+/// A provisioned topic as the server recorded it.
+pub(crate) struct TopicState {
+    pub(crate) spec: TopicSpec,
+    pub(crate) partitions: Vec<PartitionState>,
+}
+
+/// One partition: its stream and the reader kept for sequential replay.
+pub(crate) struct PartitionState {
+    pub(crate) stream: String,
+    pub(crate) cursor: tokio::sync::Mutex<Option<Cursor>>,
+}
+
+impl Shared {
+    pub(crate) fn new(js: Context, prefix: String, timeout: Duration, max_payload: usize) -> Self {
+        Self {
+            js,
+            prefix,
+            timeout,
+            max_payload,
+            topics: RwLock::new(HashMap::new()),
+            auth: RwLock::new(None),
+        }
+    }
+
+    pub(crate) fn cached(&self, topic: &str) -> Option<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(topic)
+            .cloned()
+    }
+
+    /// Caches `spec` (keeping an entry already there, and its cursors).
+    pub(crate) fn remember(&self, spec: TopicSpec) -> Arc<TopicState> {
+        let mut topics = self
+            .topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(existing) = topics.get(&spec.name)
+            && existing.spec == spec
+        {
+            return Arc::clone(existing);
+        }
+        let state = Arc::new(TopicState {
+            partitions: (0..spec.partitions)
+                .map(|partition| PartitionState {
+                    stream: stream_name(&self.prefix, &spec.name, partition),
+                    cursor: tokio::sync::Mutex::new(None),
+                })
+                .collect(),
+            spec,
+        });
+        topics.insert(state.spec.name.clone(), Arc::clone(&state));
+        state
+    }
+
+    /// Forgets a topic whose streams turned out to be gone.
+    pub(crate) fn forget(&self, topic: &str) {
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(topic);
+    }
+
+    pub(crate) fn cached_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    pub(crate) fn all_cached(&self) -> Vec<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn auth(&self) -> Option<RecordAuth> {
+        self.auth
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_auth(&self, auth: RecordAuth) {
+        *self
+            .auth
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(auth);
+    }
+}

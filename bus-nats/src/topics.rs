@@ -1,0 +1,179 @@
+//! Provisioning (contract C1): one stream per partition, the topic's spec
+//! recorded in stream metadata so every process answers `topics()` and
+//! `partitions()` from the server. Partition 0's stream is created last and
+//! marks the topic as complete.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_nats::jetstream::context::CreateStreamErrorKind;
+use async_nats::jetstream::response::Response;
+use async_nats::jetstream::stream::{Config, DiscardPolicy, Info, StorageType};
+use async_nats::jetstream::{Context, ErrorCode};
+use bus_core::{BusError, Manifest, TopicSpec};
+use futures::StreamExt;
+use futures::future::try_join_all;
+
+use crate::errors::{ApiFailure, unavailable};
+use crate::naming::{META_PARTITION, META_SPEC, META_TOPIC, stream_name, stream_subjects};
+use crate::shared::Shared;
+
+/// JetStream refuses duplicate windows below this.
+const MIN_DUPLICATE_WINDOW: Duration = Duration::from_millis(100);
+
+/// The stream's info, `None` when it does not exist.
+pub(crate) async fn stream_info(js: &Context, stream: &str) -> Result<Option<Info>, ApiFailure> {
+    let response: Response<Info> = js
+        .request(format!("STREAM.INFO.{stream}"), &serde_json::json!({}))
+        .await
+        .map_err(ApiFailure::Request)?;
+    match response {
+        Response::Ok(info) => Ok(Some(info)),
+        Response::Err { error } if error.error_code() == ErrorCode::STREAM_NOT_FOUND => Ok(None),
+        Response::Err { error } => Err(ApiFailure::Api(error)),
+    }
+}
+
+/// The spec recorded on a partition-0 stream, if it is one of ours for `topic`.
+fn recorded_spec(config: &Config, topic: Option<&str>) -> Option<TopicSpec> {
+    let metadata = &config.metadata;
+    if metadata.get(META_PARTITION).map(String::as_str) != Some("0") {
+        return None;
+    }
+    let name = metadata.get(META_TOPIC)?;
+    if topic.is_some_and(|topic| topic != name) {
+        return None;
+    }
+    let spec: TopicSpec = serde_json::from_str(metadata.get(META_SPEC)?).ok()?;
+    (spec.name == *name).then_some(spec)
+}
+
+/// The spec of `topic` as the server records it, `None` when not provisioned.
+pub(crate) async fn lookup(shared: &Shared, topic: &str) -> Result<Option<TopicSpec>, BusError> {
+    let stream = stream_name(&shared.prefix, topic, 0);
+    let info = stream_info(&shared.js, &stream).await.map_err(|failure| {
+        failure.into_bus(&format!("looking up topic {topic:?}"), shared.timeout)
+    })?;
+    Ok(info.and_then(|info| recorded_spec(&info.config, Some(topic))))
+}
+
+/// Every topic of this prefix on the server.
+pub(crate) async fn list(shared: &Shared) -> Result<Vec<TopicSpec>, BusError> {
+    let ours = format!("{}_", shared.prefix);
+    let mut streams = shared.js.streams();
+    let mut specs = Vec::new();
+    while let Some(info) = streams.next().await {
+        let info = info.map_err(|error| unavailable(format!("listing streams: {error}")))?;
+        if info.config.name.starts_with(&ours) {
+            specs.extend(recorded_spec(&info.config, None));
+        }
+    }
+    Ok(specs)
+}
+
+fn stream_config(prefix: &str, spec: &TopicSpec, partition: u32) -> Config {
+    let name = stream_name(prefix, &spec.name, partition);
+    let max_age = spec
+        .retention_ms
+        .map_or(Duration::ZERO, Duration::from_millis);
+    // JetStream wants the duplicate window within max_age; the per-UID
+    // subjects keep dedup for as long as records are retained anyway.
+    let mut duplicate_window =
+        Duration::from_millis(spec.dedup_window_ms).max(MIN_DUPLICATE_WINDOW);
+    if !max_age.is_zero() {
+        duplicate_window = duplicate_window.min(max_age);
+    }
+    let metadata = HashMap::from([
+        (META_TOPIC.to_owned(), spec.name.clone()),
+        (META_PARTITION.to_owned(), partition.to_string()),
+        (
+            META_SPEC.to_owned(),
+            serde_json::to_string(spec).unwrap_or_default(),
+        ),
+    ]);
+    Config {
+        subjects: vec![stream_subjects(&name)],
+        name,
+        storage: StorageType::File,
+        discard: DiscardPolicy::Old,
+        max_age,
+        duplicate_window,
+        num_replicas: usize::from(spec.replication_factor),
+        allow_direct: true,
+        metadata,
+        description: Some(format!("bus topic {:?} partition {partition}", spec.name)),
+        ..Config::default()
+    }
+}
+
+async fn create_partition(
+    shared: &Shared,
+    spec: &TopicSpec,
+    partition: u32,
+) -> Result<(), BusError> {
+    let config = stream_config(&shared.prefix, spec, partition);
+    let name = config.name.clone();
+    match shared.js.create_stream(config).await {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            if let CreateStreamErrorKind::JetStream(api) = error.kind()
+                && api.error_code() == ErrorCode::STREAM_NAME_EXIST
+            {
+                // Another process provisioned it meanwhile: fine if it agrees.
+                return match stream_info(&shared.js, &name).await {
+                    Ok(Some(info)) => match info.config.metadata.get(META_SPEC) {
+                        Some(recorded) => {
+                            let existing: TopicSpec =
+                                serde_json::from_str(recorded).map_err(|_| foreign(&name))?;
+                            spec.conflict_with(&existing)
+                        }
+                        None => Err(foreign(&name)),
+                    },
+                    Ok(None) => Err(BusError::Backend(format!(
+                        "stream {name} vanished while provisioning {:?}; provision again",
+                        spec.name
+                    ))),
+                    Err(failure) => Err(failure.into_bus("provisioning", shared.timeout)),
+                };
+            }
+            Err(BusError::Backend(format!(
+                "creating stream {name} for topic {:?} partition {partition}: {error}",
+                spec.name
+            )))
+        }
+    }
+}
+
+fn foreign(stream: &str) -> BusError {
+    BusError::Backend(format!(
+        "stream {stream} exists but was not made by bus; pick another prefix or delete it"
+    ))
+}
+
+/// Verifies every topic of `manifest` against the server first (so a
+/// conflict creates nothing), then creates the missing ones.
+pub(crate) async fn provision(
+    shared: &Shared,
+    manifest: &Manifest,
+) -> Result<Vec<TopicSpec>, BusError> {
+    let mut missing = Vec::new();
+    let mut present = Vec::new();
+    for spec in &manifest.topics {
+        match lookup(shared, &spec.name).await? {
+            Some(existing) => {
+                spec.conflict_with(&existing)?;
+                present.push(existing);
+            }
+            None => missing.push(spec.clone()),
+        }
+    }
+    for spec in &missing {
+        try_join_all(
+            (1..spec.partitions).map(|partition| create_partition(shared, spec, partition)),
+        )
+        .await?;
+        create_partition(shared, spec, 0).await?;
+    }
+    present.extend(missing);
+    Ok(present)
+}
