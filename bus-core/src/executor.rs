@@ -6,10 +6,9 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,18 +17,51 @@ use crate::BusError;
 /// Operation timeout when none is configured (contract C10).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How many submitted operations may wait for the connector thread.
-const COMMAND_CAPACITY: usize = 1_024;
+/// How many operations may be in flight on the runtime at once; callers
+/// past this wait for a slot (backpressure instead of an unbounded queue).
+const IN_FLIGHT_CAPACITY: usize = 1_024;
 
 /// Extra wait past an operation's own timeout before the caller gives up on
 /// a wedged runtime.
 const GRACE: Duration = Duration::from_millis(500);
 
-type Task = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+/// A counting gate bounding the operations in flight.
+#[derive(Debug)]
+struct Gate {
+    in_flight: Mutex<usize>,
+    freed: Condvar,
+}
 
-enum Command {
-    Run(Task),
-    Shutdown,
+/// One slot of the gate, released on drop (also when a task is cancelled).
+struct Slot(Arc<Gate>);
+
+impl Gate {
+    fn enter(self: &Arc<Self>) -> Slot {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *in_flight >= IN_FLIGHT_CAPACITY {
+            in_flight = self
+                .freed
+                .wait(in_flight)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *in_flight += 1;
+        Slot(Arc::clone(self))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut in_flight = self
+            .0
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *in_flight -= 1;
+        self.0.freed.notify_one();
+    }
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -49,7 +81,8 @@ pub struct ConnectorExecutor {
     id: u64,
     name: String,
     timeout: Duration,
-    sender: SyncSender<Command>,
+    gate: Arc<Gate>,
+    shutdown: Mutex<Option<SyncSender<()>>>,
     handle: tokio::runtime::Handle,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -72,7 +105,7 @@ impl ConnectorExecutor {
     /// Starts the thread `name`; every operation is bounded by `timeout`.
     pub fn with_timeout(name: &str, timeout: Duration) -> Result<Self, BusError> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<Command>(COMMAND_CAPACITY);
+        let (shutdown, shutdown_signal) = std::sync::mpsc::sync_channel::<()>(1);
         let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
         let worker_name = format!("{name}-rt");
         let thread = std::thread::Builder::new()
@@ -88,7 +121,9 @@ impl ConnectorExecutor {
                 match runtime {
                     Ok(runtime) => {
                         let _ = ready_sender.send(Ok(runtime.handle().clone()));
-                        serve(&runtime, &receiver);
+                        // The worker runs the tasks; this thread owns the
+                        // runtime until the executor is dropped.
+                        let _ = shutdown_signal.recv();
                         runtime.shutdown_timeout(Duration::from_secs(5));
                     }
                     Err(error) => {
@@ -113,7 +148,11 @@ impl ConnectorExecutor {
             id,
             name: name.to_owned(),
             timeout,
-            sender,
+            gate: Arc::new(Gate {
+                in_flight: Mutex::new(0),
+                freed: Condvar::new(),
+            }),
+            shutdown: Mutex::new(Some(shutdown)),
             handle,
             thread: Mutex::new(Some(thread)),
         })
@@ -164,13 +203,14 @@ impl ConnectorExecutor {
             after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         };
         let (result_sender, result_receiver) = std::sync::mpsc::sync_channel(1);
-        let task: Task = Box::pin(async move {
+        let slot = self.gate.enter();
+        // Spawning straight onto the runtime (no hop through a command
+        // thread) costs one wake-up each way.
+        self.handle.spawn(async move {
             let result = tokio::time::timeout(timeout, operation()).await;
+            drop(slot);
             let _ = result_sender.send(result.ok());
         });
-        self.sender
-            .send(Command::Run(task))
-            .map_err(|_| BusError::Backend(format!("connector {:?} is shut down", self.name)))?;
         match result_receiver.recv_timeout(timeout + GRACE) {
             Ok(Some(value)) => Ok(value),
             Ok(None) | Err(RecvTimeoutError::Timeout) => Err(timed_out()),
@@ -182,20 +222,13 @@ impl ConnectorExecutor {
     }
 }
 
-fn serve(runtime: &tokio::runtime::Runtime, receiver: &Receiver<Command>) {
-    while let Ok(command) = receiver.recv() {
-        match command {
-            Command::Run(task) => {
-                runtime.spawn(task);
-            }
-            Command::Shutdown => break,
-        }
-    }
-}
-
 impl Drop for ConnectorExecutor {
     fn drop(&mut self) {
-        let _ = self.sender.send(Command::Shutdown);
+        let shutdown = match self.shutdown.get_mut() {
+            Ok(slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        drop(shutdown);
         let thread = match self.thread.get_mut() {
             Ok(slot) => slot.take(),
             Err(poisoned) => poisoned.into_inner().take(),
