@@ -91,14 +91,17 @@ impl MemoryBus {
         let topic = self.store.topic(topic)?;
         let mut log = topic.partition(partition)?;
         let offset = log.next_offset;
-        log.push(Record {
-            offset,
-            key: raw.key,
-            uid: raw.uid,
-            value: raw.value,
-            stored_at: now_ms(),
-            tag: raw.tag,
-        });
+        log.push(
+            Record {
+                offset,
+                key: raw.key,
+                uid: raw.uid,
+                value: raw.value,
+                stored_at: now_ms(),
+                tag: raw.tag,
+            },
+            false,
+        );
         Ok(offset)
     }
 
@@ -130,10 +133,13 @@ impl MemoryBus {
             partition,
             offset,
         };
-        if let Some(&offset) = uid.and_then(|uid| log.uids.get(uid)) {
+        let auth = self.auth();
+        if let Some(offset) =
+            uid.and_then(|uid| log.authentic_uid(topic_name, partition, uid, auth.as_ref()))
+        {
             return Ok(ack(offset));
         }
-        let tag = self.auth().map(|auth| {
+        let tag = auth.map(|auth| {
             auth.tag(RecordParts {
                 topic: topic_name,
                 partition,
@@ -144,14 +150,17 @@ impl MemoryBus {
             .to_vec()
         });
         let offset = log.next_offset;
-        log.push(Record {
-            offset,
-            key: key.to_owned(),
-            uid: uid.map(str::to_owned),
-            value: bytes,
-            stored_at: now_ms(),
-            tag,
-        });
+        log.push(
+            Record {
+                offset,
+                key: key.to_owned(),
+                uid: uid.map(str::to_owned),
+                value: bytes,
+                stored_at: now_ms(),
+                tag,
+            },
+            true,
+        );
         Ok(ack(offset))
     }
 }
@@ -176,9 +185,45 @@ impl Topic {
 }
 
 impl Partition {
-    fn push(&mut self, record: Record) {
+    /// The offset stored under `uid`, unless a control key is set and that
+    /// record's tag does not verify: a forged record never answers for a UID.
+    fn authentic_uid(
+        &self,
+        topic: &str,
+        partition: u32,
+        uid: &str,
+        auth: Option<&RecordAuth>,
+    ) -> Option<u64> {
+        let offset = *self.uids.get(uid)?;
+        let Some(auth) = auth else {
+            return Some(offset);
+        };
+        let index = usize::try_from(offset.checked_sub(self.first_offset())?).ok()?;
+        let record = self.records.get(index)?;
+        let parts = RecordParts {
+            topic,
+            partition,
+            key: &record.key,
+            uid: record.uid.as_deref(),
+            value: &record.value,
+        };
+        record
+            .tag
+            .as_deref()
+            .is_some_and(|tag| tag.len() == TAG_LEN && auth.verify(parts, tag))
+            .then_some(offset)
+    }
+
+    /// Appends `record`. A bus publish reaches here only when its UID is
+    /// unknown or held by a forgery, so it takes the UID over; a foreign
+    /// append never displaces an existing entry.
+    fn push(&mut self, record: Record, take_uid: bool) {
         if let Some(uid) = &record.uid {
-            self.uids.entry(uid.clone()).or_insert(record.offset);
+            if take_uid {
+                self.uids.insert(uid.clone(), record.offset);
+            } else {
+                self.uids.entry(uid.clone()).or_insert(record.offset);
+            }
         }
         self.next_offset = record.offset + 1;
         self.records.push_back(record);
@@ -237,11 +282,14 @@ impl EventBus for MemoryBus {
         validate_uid(event_uid)?;
         let partition = partition_for(key, topic.spec.partitions);
         let log = topic.partition(partition)?;
-        Ok(log.uids.get(event_uid).map(|&offset| PublishAck {
-            topic: topic_name.to_owned(),
-            partition,
-            offset,
-        }))
+        let auth = self.auth();
+        Ok(log
+            .authentic_uid(topic_name, partition, event_uid, auth.as_ref())
+            .map(|offset| PublishAck {
+                topic: topic_name.to_owned(),
+                partition,
+                offset,
+            }))
     }
 
     fn fetch(

@@ -74,6 +74,7 @@ macro_rules! __for_each_case {
             c14_correct_tag_from_outside_is_accepted,
             c14_another_key_rejects_after_reopen,
             c14_tag_binds_the_partition,
+            c14_forged_uid_does_not_capture_dedup,
             c16_second_open_is_refused
         }
     };
