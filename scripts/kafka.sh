@@ -140,6 +140,10 @@ min.insync.replicas=1
 num.partitions=1
 # fast tests: no rebalance delay; lean threads for a 2-core machine
 group.initial.rebalance.delay.ms=0
+# Check retention every second (default 5 min) so topics with short
+# retention.ms expire promptly; bus-kafka then reports native retention.
+log.retention.check.interval.ms=1000
+log.initial.task.delay.ms=1000
 num.network.threads=2
 num.io.threads=2
 num.recovery.threads.per.data.dir=1

@@ -1,0 +1,250 @@
+//! The librdkafka clients a bus owns, the one place Kafka errors become
+//! [`BusError`]s, and the bus-name → Kafka-name mapping.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bus_core::BusError;
+use rdkafka::Message as _;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::{Client, ClientContext, DefaultClientContext};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{ProducerContext, ThreadedProducer};
+
+use crate::KafkaOptions;
+
+/// The producer type of the bus: librdkafka's own thread serves delivery
+/// reports, which go straight to the waiting caller (no runtime hop).
+pub(crate) type Producer = ThreadedProducer<DeliveryContext>;
+
+/// Where a delivery report goes: the record's index in its publish call.
+pub(crate) struct Ticket {
+    pub index: usize,
+    pub reply: std::sync::mpsc::Sender<(usize, Result<i64, KafkaError>)>,
+}
+
+/// Hands each delivery report to the caller waiting for it.
+pub(crate) struct DeliveryContext;
+
+impl ClientContext for DeliveryContext {}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<Ticket>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, ticket: Box<Ticket>) {
+        let outcome = match result {
+            Ok(message) => Ok(message.offset()),
+            Err((error, _)) => Err(error.clone()),
+        };
+        // The caller may have given up (timeout); nobody to tell then.
+        let _ = ticket.reply.send((ticket.index, outcome));
+    }
+}
+/// The consumer type of the bus (positioned by `assign`, never subscribed).
+pub(crate) type Reader = BaseConsumer;
+
+/// Longest Kafka topic name.
+const KAFKA_NAME_MAX: usize = 249;
+
+/// The Kafka topic of a bus topic. Kafka refuses two topics whose names
+/// differ only by `.` versus `_` (they collide in its metric names), which
+/// bus names may, so `_` becomes `-u` and `-` becomes `--`: the mapping is
+/// injective and its results never contain `_`. A result longer than Kafka
+/// allows keeps a prefix plus a hash of the whole name.
+pub fn kafka_topic_name(bus_name: &str) -> String {
+    let mut out = String::with_capacity(bus_name.len() + 8);
+    for c in bus_name.chars() {
+        match c {
+            '-' => out.push_str("--"),
+            '_' => out.push_str("-u"),
+            other => out.push(other),
+        }
+    }
+    if out.len() > KAFKA_NAME_MAX {
+        let hash = bus_core::fnv1a64(bus_name.as_bytes());
+        out.truncate(KAFKA_NAME_MAX - 18);
+        out.push_str(&format!("-h{hash:016x}"));
+    }
+    out
+}
+
+/// Builds the idempotent producer: `acks=all`, timeouts bounded by the bus
+/// timeout, partitions always chosen by the bus.
+pub(crate) fn producer(options: &KafkaOptions) -> Result<Producer, BusError> {
+    let mut config = options.client_config();
+    config
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", options.timeout_ms())
+        .set("request.timeout.ms", options.timeout_ms())
+        .set("linger.ms", "1")
+        // A batch must stay below the smallest topic limit (max_record_bytes
+        // + TOPIC_SLACK_BYTES); a bigger single record gets a batch of its own.
+        .set("batch.size", "900000")
+        .set("message.max.bytes", "100000000");
+    config
+        .create_with_context(DeliveryContext)
+        .map_err(|error| map_error(options, "creating the Kafka producer", error))
+}
+
+/// A consumer for positioned reads: no group membership, no commits, no
+/// topic auto-creation.
+pub(crate) fn reader(options: &KafkaOptions) -> Result<Reader, BusError> {
+    let mut config = options.client_config();
+    config
+        .set(
+            "group.id",
+            format!("bus-reader-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("allow.auto.create.topics", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "100")
+        .set("fetch.error.backoff.ms", "50")
+        // librdkafka pauses fetching for a second once its queue is full;
+        // a replaying caller drains it in milliseconds.
+        .set("fetch.queue.backoff.ms", "5")
+        .set("queued.min.messages", "100000")
+        .set("queued.max.messages.kbytes", "16384")
+        .set("session.timeout.ms", "45000");
+    config
+        .create()
+        .map_err(|error| map_error(options, "creating a Kafka consumer", error))
+}
+
+/// The admin client (topic creation, deletion, configs).
+pub(crate) fn admin(options: &KafkaOptions) -> Result<AdminClient<DefaultClientContext>, BusError> {
+    let mut config = options.client_config();
+    config.set("request.timeout.ms", options.timeout_ms());
+    config
+        .create()
+        .map_err(|error| map_error(options, "creating the Kafka admin client", error))
+}
+
+/// Partition counts of every topic the cluster lists. Always asks for all
+/// topics: a metadata request naming a topic could auto-create it.
+pub(crate) fn list_topics<C: ClientContext>(
+    options: &KafkaOptions,
+    reader: &Client<C>,
+    deadline: Instant,
+) -> Result<HashMap<String, usize>, BusError> {
+    let metadata = reader
+        .fetch_metadata(None, remaining(deadline))
+        .map_err(|error| map_error(options, "listing topics", error))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .filter(|topic| topic.error().is_none())
+        .map(|topic| (topic.name().to_owned(), topic.partitions().len()))
+        .collect())
+}
+
+/// Whether metadata shows `topic` with `partitions` partitions, each led.
+pub(crate) fn topic_ready<C: ClientContext>(
+    options: &KafkaOptions,
+    reader: &Client<C>,
+    topic: &str,
+    partitions: usize,
+    deadline: Instant,
+) -> Result<bool, BusError> {
+    let metadata = reader
+        .fetch_metadata(None, remaining(deadline))
+        .map_err(|error| map_error(options, "reading metadata", error))?;
+    Ok(metadata.topics().iter().any(|found| {
+        found.name() == topic
+            && found.error().is_none()
+            && found.partitions().len() == partitions
+            && found
+                .partitions()
+                .iter()
+                .all(|p| p.error().is_none() && p.leader() >= 0)
+    }))
+}
+
+/// Time left until `deadline` (at least 1 ms so librdkafka does not block).
+pub(crate) fn remaining(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// Runs `attempt` until it succeeds or `deadline` passes, pausing between
+/// tries: right after a topic is created, or while a broker restarts,
+/// metadata answers "not leader" or "unknown partition" for a moment.
+pub(crate) fn retry<T>(
+    options: &KafkaOptions,
+    what: &str,
+    deadline: Instant,
+    mut attempt: impl FnMut() -> Result<T, KafkaError>,
+) -> Result<T, BusError> {
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match attempt() {
+            Ok(value) => return Ok(value),
+            Err(error) if Instant::now() + pause >= deadline => {
+                return Err(map_error(options, what, error));
+            }
+            Err(_) => {
+                std::thread::park_timeout(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// The one mapping from librdkafka errors to [`BusError`] (secrets redacted).
+pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -> BusError {
+    let after_ms = u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX);
+    match error.rdkafka_error_code() {
+        Some(
+            RDKafkaErrorCode::MessageTimedOut
+            | RDKafkaErrorCode::OperationTimedOut
+            | RDKafkaErrorCode::RequestTimedOut
+            | RDKafkaErrorCode::TimedOutQueue,
+        ) => BusError::Timeout {
+            operation: what.to_owned(),
+            after_ms,
+        },
+        Some(
+            RDKafkaErrorCode::BrokerTransportFailure
+            | RDKafkaErrorCode::AllBrokersDown
+            | RDKafkaErrorCode::NetworkException
+            | RDKafkaErrorCode::LeaderNotAvailable
+            | RDKafkaErrorCode::NotLeaderForPartition,
+        ) => BusError::Unavailable {
+            backend: "kafka".to_owned(),
+            reason: options.redact(format!("{what}: {error}")),
+        },
+        _ => BusError::Backend(options.redact(format!("kafka: {what}: {error}"))),
+    }
+}
+
+/// A [`BusError::Timeout`] for `what` after the bus timeout.
+pub(crate) fn timed_out(options: &KafkaOptions, what: &str) -> BusError {
+    BusError::Timeout {
+        operation: what.to_owned(),
+        after_ms: u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_never_collide_and_never_hold_underscores() {
+        let names = ["x", "x.0", "x_0", "X", "x-0", "x..0", "x-u0", "x--0"];
+        let mapped: std::collections::HashSet<String> =
+            names.iter().map(|name| kafka_topic_name(name)).collect();
+        assert_eq!(mapped.len(), names.len());
+        let folded: std::collections::HashSet<String> =
+            mapped.iter().map(|name| name.replace('.', "_")).collect();
+        assert_eq!(folded.len(), names.len(), "collide under . vs _");
+        assert_eq!(kafka_topic_name("a-b_c.d"), "a--b-uc.d");
+        assert!(kafka_topic_name(&"_".repeat(200)).len() <= KAFKA_NAME_MAX);
+    }
+}

@@ -1,0 +1,127 @@
+//! UID deduplication (contracts C6, C7): an in-process index per partition,
+//! warmed on first use from the partition's tail covering the topic's dedup
+//! window (`offsets_for_times`), and caught up to the high watermark before
+//! each check, so records written by other buses since are seen too. Its
+//! lock is held across check and produce, so concurrent retries of one UID
+//! in one process store one record.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use bus_core::{BusError, now_ms};
+
+use crate::Core;
+use crate::reader::RawMessage;
+
+/// Records read per step of an index scan.
+const SCAN_PAGE: usize = 2_000;
+/// How far below the warmed window `find_event_by_uid` looks, newest first.
+pub(crate) const FIND_TAIL: u64 = 100_000;
+
+fn uid_of(message: RawMessage<'_>) -> (u64, Option<String>) {
+    (message.offset, message.uid.map(str::to_owned))
+}
+
+/// One partition's dedup state.
+#[derive(Default)]
+pub(crate) struct PartitionState {
+    pub(crate) index: Mutex<UidIndex>,
+}
+
+/// UIDs of one partition's records within `from..to`, first offset wins.
+#[derive(Default)]
+pub(crate) struct UidIndex {
+    uids: HashMap<String, u64>,
+    from: u64,
+    to: u64,
+    warmed: bool,
+}
+
+impl UidIndex {
+    /// The first stored offset of `uid`, as far as indexed.
+    pub(crate) fn get(&self, uid: &str) -> Option<u64> {
+        self.uids.get(uid).copied()
+    }
+
+    /// Notes a record this bus just stored.
+    pub(crate) fn record(&mut self, uid: &str, offset: u64) {
+        self.uids.entry(uid.to_owned()).or_insert(offset);
+        if offset == self.to {
+            self.to = offset + 1;
+        }
+    }
+
+    /// Indexes everything up to the high watermark (on first use, from the
+    /// first record within `window_ms` of now).
+    pub(crate) fn catch_up(
+        &mut self,
+        core: &Core,
+        topic: &str,
+        partition: i32,
+        window_ms: u64,
+        deadline: Instant,
+    ) -> Result<(), BusError> {
+        let options = &core.options;
+        let (low, high) = core.pool.watermarks(options, topic, partition, deadline)?;
+        if !self.warmed {
+            let since = i64::try_from(now_ms().saturating_sub(window_ms)).unwrap_or(0);
+            let start = core
+                .pool
+                .offset_for_time(options, topic, partition, since, deadline)?
+                .clamp(low, high);
+            self.from = start;
+            self.to = start;
+            self.warmed = true;
+        }
+        self.to = self.to.max(low);
+        while self.to < high {
+            let page = core.pool.read(
+                options, topic, partition, self.to, SCAN_PAGE, deadline, uid_of,
+            )?;
+            let Some(last) = page.last().map(|(offset, _)| *offset) else {
+                break;
+            };
+            for (offset, uid) in page {
+                if let Some(uid) = uid {
+                    self.uids.entry(uid).or_insert(offset);
+                }
+            }
+            self.to = last + 1;
+        }
+        Ok(())
+    }
+
+    /// Looks for `uid` below the indexed range, newest page first, down to
+    /// [`FIND_TAIL`] records below it (never from offset 0 of a long log).
+    pub(crate) fn search_tail(
+        &mut self,
+        core: &Core,
+        topic: &str,
+        partition: i32,
+        uid: &str,
+        deadline: Instant,
+    ) -> Result<Option<u64>, BusError> {
+        let options = &core.options;
+        let (low, _) = core.pool.watermarks(options, topic, partition, deadline)?;
+        let floor = low.max(self.from.saturating_sub(FIND_TAIL));
+        while self.from > floor {
+            let start = floor.max(self.from.saturating_sub(SCAN_PAGE as u64));
+            let count = usize::try_from(self.from - start).unwrap_or(SCAN_PAGE);
+            let page = core
+                .pool
+                .read(options, topic, partition, start, count, deadline, uid_of)?;
+            for (offset, found) in page.into_iter().filter(|(offset, _)| *offset < self.from) {
+                if let Some(found) = found {
+                    let slot = self.uids.entry(found).or_insert(offset);
+                    *slot = (*slot).min(offset);
+                }
+            }
+            self.from = start;
+            if let Some(offset) = self.get(uid) {
+                return Ok(Some(offset));
+            }
+        }
+        Ok(None)
+    }
+}

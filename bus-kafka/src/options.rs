@@ -1,0 +1,383 @@
+//! Connection options: the bootstrap list, TLS, SASL and timeouts, from a
+//! `kafka://` URL or the [`KafkaOptions`] builder.
+
+use std::time::Duration;
+
+use bus_core::BusError;
+use bus_core::executor::DEFAULT_TIMEOUT;
+use rdkafka::ClientConfig;
+
+/// Default name of the topic that records the manifest of every bus topic.
+pub const DEFAULT_MANIFEST_TOPIC: &str = "__bus_manifest";
+
+/// SASL mechanisms librdkafka implements without Cyrus SASL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// `PLAIN` (only over TLS).
+    Plain,
+    /// `SCRAM-SHA-256`.
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    fn as_kafka(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, BusError> {
+        match text.to_ascii_uppercase().as_str() {
+            "PLAIN" => Ok(Self::Plain),
+            "SCRAM-SHA-256" => Ok(Self::ScramSha256),
+            "SCRAM-SHA-512" => Ok(Self::ScramSha512),
+            other => Err(BusError::invalid(
+                "sasl_mechanism",
+                format!("{other:?} is not supported; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+            )),
+        }
+    }
+}
+
+/// How to reach a Kafka cluster. `Debug` never shows the password.
+///
+/// ```
+/// let options = bus_kafka::KafkaOptions::new(["127.0.0.1:9092"])
+///     .timeout(std::time::Duration::from_secs(3));
+/// assert!(!format!("{options:?}").contains("secret"));
+/// ```
+#[derive(Clone)]
+pub struct KafkaOptions {
+    pub(crate) brokers: Vec<String>,
+    pub(crate) timeout: Duration,
+    pub(crate) tls: bool,
+    pub(crate) ca_location: Option<String>,
+    pub(crate) sasl: Option<(SaslMechanism, String, String)>,
+    pub(crate) manifest_topic: String,
+    pub(crate) manifest_replication: u16,
+}
+
+impl std::fmt::Debug for KafkaOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOptions")
+            .field("brokers", &self.brokers)
+            .field("timeout", &self.timeout)
+            .field("tls", &self.tls)
+            .field("ca_location", &self.ca_location)
+            .field(
+                "sasl",
+                &self
+                    .sasl
+                    .as_ref()
+                    .map(|(mechanism, user, _)| (mechanism, user, "<redacted>")),
+            )
+            .field("manifest_topic", &self.manifest_topic)
+            .finish()
+    }
+}
+
+impl KafkaOptions {
+    /// Options for the given bootstrap brokers (`host:port`), everything else default.
+    pub fn new<S: Into<String>>(brokers: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            brokers: brokers.into_iter().map(Into::into).collect(),
+            timeout: DEFAULT_TIMEOUT,
+            tls: false,
+            ca_location: None,
+            sasl: None,
+            manifest_topic: DEFAULT_MANIFEST_TOPIC.to_owned(),
+            manifest_replication: 1,
+        }
+    }
+
+    /// Bounds every network operation (default 10 s); librdkafka's own
+    /// message, socket and request timeouts are set to it.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Connects over TLS.
+    #[must_use]
+    pub fn tls(mut self, yes: bool) -> Self {
+        self.tls = yes;
+        self
+    }
+
+    /// A CA bundle to verify the brokers with (PEM file); implies TLS.
+    #[must_use]
+    pub fn ca_location(mut self, path: impl Into<String>) -> Self {
+        self.ca_location = Some(path.into());
+        self.tls = true;
+        self
+    }
+
+    /// SASL credentials (refused without TLS).
+    #[must_use]
+    pub fn sasl(
+        mut self,
+        mechanism: SaslMechanism,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sasl = Some((mechanism, username.into(), password.into()));
+        self
+    }
+
+    /// The topic that records the bus's manifest (default `__bus_manifest`);
+    /// buses sharing it share one set of topics.
+    #[must_use]
+    pub fn manifest_topic(mut self, name: impl Into<String>) -> Self {
+        self.manifest_topic = name.into();
+        self
+    }
+
+    /// Replication factor of the manifest topic when it is created (default 1).
+    #[must_use]
+    pub fn manifest_replication(mut self, factor: u16) -> Self {
+        self.manifest_replication = factor.max(1);
+        self
+    }
+
+    /// Parses `kafka://h1:9092,h2:9092?timeout_ms=3000&tls=true&ca=/ca.pem&sasl_mechanism=SCRAM-SHA-256&username=u&password=p&manifest_topic=t`.
+    /// `kafka+tls://` or `kafkas://` turn TLS on; `user:password@` before the
+    /// hosts is the same as the username and password parameters; with a
+    /// username and no `sasl_mechanism`, SCRAM-SHA-512 is used. SASL without
+    /// TLS is refused by [`KafkaOptions::validate`].
+    pub fn from_url(url: &str) -> Result<Self, BusError> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| BusError::invalid("url", "expected kafka://host:port[,host:port]"))?;
+        let tls = match scheme {
+            "kafka" => false,
+            "kafkas" | "kafka+tls" | "kafka+ssl" => true,
+            other => {
+                return Err(BusError::invalid(
+                    "url",
+                    format!("scheme {other:?} is not kafka://, kafkas:// or kafka+tls://"),
+                ));
+            }
+        };
+        let (authority, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let authority = authority.trim_end_matches('/');
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let brokers: Vec<String> = hosts
+            .split(',')
+            .filter(|host| !host.is_empty())
+            .map(|host| {
+                if host.contains(':') {
+                    host.to_owned()
+                } else {
+                    format!("{host}:9092")
+                }
+            })
+            .collect();
+        let mut options = Self::new(brokers).tls(tls);
+        let mut mechanism = None;
+        let (mut user, mut password) = match userinfo {
+            Some(info) => {
+                let (user, password) = info.split_once(':').unwrap_or((info, ""));
+                (Some(decode(user)), Some(decode(password)))
+            }
+            None => (None, None),
+        };
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = decode(value);
+            match name {
+                "timeout_ms" => {
+                    let ms: u64 = value.parse().map_err(|_| {
+                        BusError::invalid("timeout_ms", "expected milliseconds, e.g. 10000")
+                    })?;
+                    options.timeout = Duration::from_millis(ms);
+                }
+                "tls" => options.tls = parse_bool("tls", &value)?,
+                "ca" | "ca_location" => {
+                    options.ca_location = Some(value);
+                    options.tls = true;
+                }
+                "sasl_mechanism" => mechanism = Some(SaslMechanism::parse(&value)?),
+                "username" | "user" => user = Some(value),
+                "password" => password = Some(value),
+                "manifest_topic" => options.manifest_topic = value,
+                other => {
+                    return Err(BusError::invalid(
+                        "url",
+                        format!(
+                            "unknown parameter {other:?}; known: timeout_ms, tls, ca, sasl_mechanism, username, password, manifest_topic"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(user) = user {
+            let mechanism = mechanism.unwrap_or(SaslMechanism::ScramSha512);
+            options.sasl = Some((mechanism, user, password.unwrap_or_default()));
+        } else if mechanism.is_some() {
+            return Err(BusError::invalid(
+                "sasl_mechanism",
+                "given without a username; add username= and password=",
+            ));
+        }
+        Ok(options)
+    }
+
+    /// Checks the options (a bootstrap list, SASL only over TLS, a sane timeout).
+    pub fn validate(&self) -> Result<(), BusError> {
+        if self.brokers.is_empty() {
+            return Err(BusError::invalid(
+                "brokers",
+                "empty; give at least one host:port",
+            ));
+        }
+        if self.sasl.is_some() && !self.tls {
+            return Err(BusError::invalid(
+                "sasl",
+                "SASL credentials would travel in the clear; enable TLS (kafkas:// or tls=true)",
+            ));
+        }
+        if self.timeout < Duration::from_millis(100) {
+            return Err(BusError::invalid("timeout", "use at least 100 ms"));
+        }
+        bus_core::validate_topic_name(&self.manifest_topic)
+            .map_err(|reason| BusError::invalid("manifest_topic", reason))
+    }
+
+    /// The operation timeout in milliseconds, as librdkafka wants it.
+    pub(crate) fn timeout_ms(&self) -> String {
+        self.timeout.as_millis().to_string()
+    }
+
+    /// The configuration every client of the bus shares.
+    pub(crate) fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", self.brokers.join(","))
+            .set("socket.timeout.ms", self.timeout_ms())
+            .set("socket.connection.setup.timeout.ms", self.timeout_ms())
+            .set("reconnect.backoff.ms", "50")
+            .set("reconnect.backoff.max.ms", "500")
+            .set("log_level", "3");
+        let protocol = match (self.tls, self.sasl.is_some()) {
+            (false, _) => "plaintext",
+            (true, false) => "ssl",
+            (true, true) => "sasl_ssl",
+        };
+        config.set("security.protocol", protocol);
+        if let Some(ca) = &self.ca_location {
+            config.set("ssl.ca.location", ca);
+        }
+        if let Some((mechanism, user, password)) = &self.sasl {
+            config
+                .set("sasl.mechanisms", mechanism.as_kafka())
+                .set("sasl.username", user)
+                .set("sasl.password", password);
+        }
+        config
+    }
+
+    /// `text` with the password replaced, for error messages.
+    pub(crate) fn redact(&self, text: String) -> String {
+        match &self.sasl {
+            Some((_, _, password)) if !password.is_empty() => text.replace(password, "<redacted>"),
+            _ => text,
+        }
+    }
+}
+
+fn parse_bool(field: &str, value: &str) -> Result<bool, BusError> {
+    match value {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(BusError::invalid(field, "expected true or false")),
+    }
+}
+
+/// Percent-decoding of URL components.
+fn decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = || {
+            let pair = text.get(i + 1..i + 3)?;
+            u8::from_str_radix(pair, 16).ok()
+        };
+        match (bytes[i], hex()) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn url_with_hosts_and_params() {
+        let options =
+            KafkaOptions::from_url("kafka://h1:9092,h2?timeout_ms=3000&manifest_topic=m").unwrap();
+        assert_eq!(options.brokers, vec!["h1:9092", "h2:9092"]);
+        assert_eq!(options.timeout, Duration::from_secs(3));
+        assert_eq!(options.manifest_topic, "m");
+        options.validate().unwrap();
+    }
+
+    #[test]
+    fn sasl_needs_tls_and_password_never_shows() {
+        let plain =
+            KafkaOptions::from_url("kafka://u:s3cr%3At@h:9092?sasl_mechanism=PLAIN").unwrap();
+        let error = plain.validate().unwrap_err();
+        assert!(matches!(error, BusError::InvalidArgument { .. }));
+        assert!(!format!("{error} {error:?} {plain:?}").contains("s3cr"));
+        let tls = KafkaOptions::from_url(
+            "kafkas://h:9093?sasl_mechanism=SCRAM-SHA-256&username=u&password=s3cr",
+        )
+        .unwrap();
+        tls.validate().unwrap();
+        assert!(!format!("{tls:?}").contains("s3cr"));
+        assert_eq!(tls.redact("bad s3cr".to_owned()), "bad <redacted>");
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_arguments() {
+        for url in [
+            "nats://h",
+            "kafka://h?nope=1",
+            "kafka://h?timeout_ms=x",
+            "h:9092",
+        ] {
+            assert!(
+                matches!(
+                    KafkaOptions::from_url(url),
+                    Err(BusError::InvalidArgument { .. })
+                ),
+                "{url}"
+            );
+        }
+        assert!(
+            KafkaOptions::from_url("kafka://")
+                .unwrap()
+                .validate()
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! Provisioning (contract C1) with the admin client: create what is
+//! missing, verify what exists, record every topic in the manifest topic.
+
+use std::time::{Duration, Instant};
+
+use bus_core::{BusError, Manifest, TopicSpec};
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::BaseRecord;
+use rdkafka::util::Timeout;
+
+use crate::client::{self, kafka_topic_name, list_topics, map_error, remaining, topic_ready};
+use crate::reader::lock;
+use crate::registry::Entry;
+use crate::{Core, KafkaOptions};
+
+type Admin = rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>;
+
+/// Bytes a Kafka record batch may take beyond the topic's `max_record_bytes`
+/// (record and batch overhead, headers, librdkafka's batching of several
+/// small records up to `batch.size`): `max.message.bytes` is the limit plus
+/// this, so a bus limit of any size never rejects a batch the bus allows.
+pub(crate) const TOPIC_SLACK_BYTES: u64 = 1024 * 1024;
+
+fn admin_options(deadline: Instant) -> AdminOptions {
+    let left = remaining(deadline);
+    AdminOptions::new()
+        .request_timeout(Some(Timeout::After(left)))
+        .operation_timeout(Some(Timeout::After(left)))
+}
+
+/// Creates the compacted manifest topic when the cluster lacks it.
+pub(crate) fn ensure_manifest_topic(
+    options: &KafkaOptions,
+    admin: &Admin,
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let topic = options.manifest_topic.clone();
+    if list_topics(options, admin.inner(), deadline)?.contains_key(&topic) {
+        return Ok(());
+    }
+    let new = NewTopic::new(
+        &topic,
+        1,
+        TopicReplication::Fixed(i32::from(options.manifest_replication)),
+    )
+    .set("cleanup.policy", "compact");
+    create(options, admin, &[new], deadline)?;
+    wait_ready(options, admin, &topic, 1, deadline)
+}
+
+/// Retention checks at least this often count as native retention: the
+/// broker expires records within seconds of `retention.ms`, not minutes.
+const PROMPT_RETENTION_CHECK_MS: u64 = 5_000;
+
+/// Whether the broker checks retention promptly
+/// (`log.retention.check.interval.ms` ≤ 5 s; Kafka's default is 5 min).
+pub(crate) fn broker_checks_retention_promptly(
+    options: &KafkaOptions,
+    admin: &Admin,
+    deadline: Instant,
+) -> Result<bool, BusError> {
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, remaining(deadline))
+        .map_err(|error| map_error(options, "reading metadata", error))?;
+    let Some(broker) = metadata.brokers().first().map(|broker| broker.id()) else {
+        return Ok(false);
+    };
+    let configs = tokio::runtime::Handle::current()
+        .block_on(admin.describe_configs(
+            &[rdkafka::admin::ResourceSpecifier::Broker(broker)],
+            &admin_options(deadline),
+        ))
+        .map_err(|error| map_error(options, "describing the broker config", error))?;
+    Ok(configs
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|config| {
+            config
+                .get("log.retention.check.interval.ms")
+                .and_then(|entry| entry.value.as_deref()?.parse::<u64>().ok())
+        })
+        .any(|interval| interval <= PROMPT_RETENTION_CHECK_MS))
+}
+
+/// C1: verify everything first (so a conflict creates nothing), then create
+/// the missing topics, wait for them, and record them.
+pub(crate) fn provision(
+    core: &Core,
+    manifest: &Manifest,
+    deadline: Instant,
+) -> Result<(), BusError> {
+    manifest.validate()?;
+    let mut registry = lock(&core.registry);
+    registry.refresh(&core.options, &core.pool.meta, deadline)?;
+    let existing = list_topics(&core.options, core.admin.inner(), deadline)?;
+    let mut missing: Vec<&TopicSpec> = Vec::new();
+    let mut record: Vec<Entry> = Vec::new();
+    for spec in &manifest.topics {
+        let kafka_topic = kafka_topic_name(&spec.name);
+        let entry = Entry {
+            kafka_topic: kafka_topic.clone(),
+            spec: spec.clone(),
+        };
+        match (existing.get(&kafka_topic), registry.cached(&spec.name)) {
+            (Some(&partitions), known) => {
+                if let Some(known) = known {
+                    spec.conflict_with(&known.spec)?;
+                }
+                let partitions = u32::try_from(partitions).unwrap_or(u32::MAX);
+                if partitions != spec.partitions {
+                    return Err(BusError::Conflict {
+                        topic: spec.name.clone(),
+                        property: "partitions".to_owned(),
+                        existing: partitions.to_string(),
+                        requested: spec.partitions.to_string(),
+                        fix: "change the manifest to match, or delete the Kafka topic and provision it again (its records would be lost)".to_owned(),
+                    });
+                }
+                if known.is_none() {
+                    // A topic created but not yet recorded (a crash in
+                    // between, or another bus racing us): adopt it.
+                    record.push(entry);
+                }
+            }
+            (None, _) => {
+                missing.push(spec);
+                record.push(entry);
+            }
+        }
+    }
+    let configs: Vec<(String, String, String)> = missing
+        .iter()
+        .map(|spec| {
+            let retention = spec
+                .retention_ms
+                .map_or_else(|| "-1".to_owned(), |ms| ms.to_string());
+            let max = (spec.max_record_bytes + TOPIC_SLACK_BYTES).to_string();
+            (kafka_topic_name(&spec.name), retention, max)
+        })
+        .collect();
+    let new_topics: Vec<NewTopic<'_>> = missing
+        .iter()
+        .zip(&configs)
+        .map(|(spec, (name, retention, max))| {
+            NewTopic::new(
+                name,
+                i32::try_from(spec.partitions).unwrap_or(i32::MAX),
+                TopicReplication::Fixed(i32::from(spec.replication_factor)),
+            )
+            .set("cleanup.policy", "delete")
+            .set("retention.ms", retention)
+            .set("max.message.bytes", max)
+            .set("message.timestamp.type", "LogAppendTime")
+        })
+        .collect();
+    if !new_topics.is_empty() {
+        create(&core.options, &core.admin, &new_topics, deadline)?;
+    }
+    for spec in &missing {
+        let partitions = usize::try_from(spec.partitions).unwrap_or(usize::MAX);
+        wait_ready(
+            &core.options,
+            &core.admin,
+            &kafka_topic_name(&spec.name),
+            partitions,
+            deadline,
+        )?;
+    }
+    for entry in record {
+        let value = serde_json::to_vec(&entry)?;
+        write_entry(core, &entry.spec.name, Some(&value), deadline)?;
+        let name = entry.spec.name.clone();
+        registry.remember(&name, Some(entry));
+    }
+    Ok(())
+}
+
+/// Deletes bus topics and their manifest entries.
+pub(crate) fn delete_topics(
+    core: &Core,
+    names: &[String],
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let mut registry = lock(&core.registry);
+    registry.refresh(&core.options, &core.pool.meta, deadline)?;
+    let kafka: Vec<String> = names
+        .iter()
+        .filter_map(|name| registry.cached(name).map(|entry| entry.kafka_topic.clone()))
+        .collect();
+    let refs: Vec<&str> = kafka.iter().map(String::as_str).collect();
+    if !refs.is_empty() {
+        let results = tokio::runtime::Handle::current()
+            .block_on(core.admin.delete_topics(&refs, &admin_options(deadline)))
+            .map_err(|error| map_error(&core.options, "deleting topics", error))?;
+        for result in results {
+            if let Err((name, code)) = result
+                && code != RDKafkaErrorCode::UnknownTopicOrPartition
+            {
+                return Err(BusError::Backend(format!(
+                    "kafka: deleting topic {name:?} failed: {code}"
+                )));
+            }
+        }
+    }
+    for (name, topic) in names.iter().zip(&kafka) {
+        write_entry(core, name, None, deadline)?;
+        registry.remember(name, None);
+        core.pool.forget(topic);
+        lock(&core.partitions).retain(|(t, _), _| t != name);
+    }
+    Ok(())
+}
+
+fn create(
+    options: &KafkaOptions,
+    admin: &Admin,
+    topics: &[NewTopic<'_>],
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let results = tokio::runtime::Handle::current()
+        .block_on(admin.create_topics(topics, &admin_options(deadline)))
+        .map_err(|error| map_error(options, "creating topics", error))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                return Err(BusError::Backend(format!(
+                    "kafka: creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Polls metadata until `topic` shows all its partitions with a leader.
+fn wait_ready(
+    options: &KafkaOptions,
+    admin: &Admin,
+    topic: &str,
+    partitions: usize,
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if topic_ready(options, admin.inner(), topic, partitions, deadline)? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(client::timed_out(
+                options,
+                &format!("waiting for topic {topic:?} to appear in metadata"),
+            ));
+        }
+        std::thread::park_timeout(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Writes (or, with `None`, tombstones) the manifest entry of `name`.
+fn write_entry(
+    core: &Core,
+    name: &str,
+    value: Option<&[u8]>,
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let topic = core.options.manifest_topic.as_str();
+    let mut outcome = crate::publish::deliver(core, 1, deadline, |_, ticket| {
+        let record = BaseRecord::with_opaque_to(topic, ticket)
+            .partition(0)
+            .key(name);
+        match value {
+            Some(value) => record.payload(value),
+            None => record,
+        }
+    });
+    outcome
+        .pop()
+        .unwrap_or_else(|| Err(client::timed_out(&core.options, "recording the manifest")))
+        .map(drop)
+}

@@ -1,0 +1,320 @@
+//! Publishing (contracts C3, C4, C6, C12, C14): validate, sign, produce onto
+//! the bus-chosen partition, take the offset from the delivery report.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bus_core::auth::{RecordAuth, RecordParts, to_hex};
+use bus_core::{
+    BatchRecord, BusError, PublishAck, encode_value, partition_for, resolve_uid, validate_key,
+    validate_uid,
+};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
+
+use crate::client::{Ticket, map_error, remaining, timed_out};
+use crate::reader::{TAG_HEADER, UID_HEADER, lock};
+use crate::registry::Entry;
+use crate::{Core, KafkaBus, dedup};
+
+/// A checked, signed record ready to produce.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    pub key: String,
+    pub uid: Option<String>,
+    pub value: Vec<u8>,
+    pub partition: u32,
+    pub tag: Option<String>,
+}
+
+/// Validates one record of `entry`'s topic and signs it when a key is set.
+pub(crate) fn prepare(
+    auth: Option<&RecordAuth>,
+    entry: &Entry,
+    key: &str,
+    value: &serde_json::Value,
+    uid: Option<&str>,
+) -> Result<Prepared, BusError> {
+    let topic = entry.spec.name.as_str();
+    validate_key(key)?;
+    let uid = resolve_uid(value, uid)?;
+    if let Some(uid) = uid {
+        validate_uid(uid)?;
+    }
+    let bytes = encode_value(topic, value, entry.spec.max_record_bytes)?;
+    let partition = partition_for(key, entry.spec.partitions);
+    let tag = auth.map(|auth| {
+        to_hex(&auth.tag(RecordParts {
+            topic,
+            partition,
+            key,
+            uid,
+            value: &bytes,
+        }))
+    });
+    Ok(Prepared {
+        key: key.to_owned(),
+        uid: uid.map(str::to_owned),
+        value: bytes,
+        partition,
+        tag,
+    })
+}
+
+/// Produces `records` in order (librdkafka batches them) and waits for every
+/// delivery report until `deadline`; one offset or error per record.
+pub(crate) fn produce(
+    core: &Core,
+    topic: &str,
+    records: &[Prepared],
+    deadline: Instant,
+) -> Vec<Result<u64, BusError>> {
+    deliver(core, records.len(), deadline, |index, ticket| {
+        let record = &records[index];
+        let mut headers = OwnedHeaders::new_with_capacity(2);
+        if let Some(uid) = &record.uid {
+            headers = headers.insert(Header {
+                key: UID_HEADER,
+                value: Some(uid.as_str()),
+            });
+        }
+        if let Some(tag) = &record.tag {
+            headers = headers.insert(Header {
+                key: TAG_HEADER,
+                value: Some(tag.as_str()),
+            });
+        }
+        let base = BaseRecord::with_opaque_to(topic, ticket)
+            .partition(i32::try_from(record.partition).unwrap_or(i32::MAX))
+            .key(record.key.as_str())
+            .payload(record.value.as_slice());
+        // No header block at all when there is nothing to carry: readers
+        // then skip header parsing.
+        if record.uid.is_none() && record.tag.is_none() {
+            base
+        } else {
+            base.headers(headers)
+        }
+    })
+}
+
+/// Enqueues `count` records made by `make` strictly in order (retrying the
+/// same record while librdkafka's queue is full, so none overtakes another)
+/// and collects their delivery reports.
+pub(crate) fn deliver<'a>(
+    core: &Core,
+    count: usize,
+    deadline: Instant,
+    make: impl Fn(usize, Box<Ticket>) -> BaseRecord<'a, str, [u8], Box<Ticket>>,
+) -> Vec<Result<u64, BusError>> {
+    let producer = core.producer();
+    let (reply, replies) = std::sync::mpsc::channel();
+    let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
+    out.resize_with(count, || None);
+    let mut outstanding = 0usize;
+    for (index, slot) in out.iter_mut().enumerate() {
+        let ticket = Box::new(Ticket {
+            index,
+            reply: reply.clone(),
+        });
+        let mut record = make(index, ticket);
+        loop {
+            match producer.send(record) {
+                Ok(()) => {
+                    outstanding += 1;
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
+                    if Instant::now() < deadline =>
+                {
+                    record = back;
+                    std::thread::park_timeout(Duration::from_millis(1));
+                }
+                Err((error, _)) => {
+                    *slot = Some(Err(map_error(&core.options, "publish", error)));
+                    break;
+                }
+            }
+        }
+    }
+    drop(reply);
+    while outstanding > 0 {
+        let Ok((index, outcome)) = replies.recv_timeout(remaining(deadline)) else {
+            break;
+        };
+        outstanding -= 1;
+        out[index] = Some(match outcome {
+            Ok(offset) => u64::try_from(offset).map_err(|_| {
+                BusError::Backend("kafka: delivery report without an offset".to_owned())
+            }),
+            Err(error) => {
+                core.heal_producer(&producer);
+                Err(map_error(&core.options, "publish", error))
+            }
+        });
+    }
+    out.into_iter()
+        .map(|outcome| outcome.unwrap_or_else(|| Err(timed_out(&core.options, "publish"))))
+        .collect()
+}
+
+impl KafkaBus {
+    /// One publish: a UID goes through the partition's dedup index.
+    pub(crate) fn publish_one(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let entry = self.entry(topic)?;
+        let record = prepare(self.core.auth().as_ref(), &entry, key, value, uid)?;
+        let partition = record.partition;
+        let ack = |offset| PublishAck {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+        };
+        let deadline = self.deadline();
+        let offsets = if record.uid.is_none() {
+            produce(&self.core, &entry.kafka_topic, &[record], deadline)
+        } else {
+            publish_deduplicated(&self.core, &entry, vec![record], deadline)?
+        };
+        offsets
+            .into_iter()
+            .next()
+            .ok_or_else(|| BusError::Backend("kafka: no delivery".to_owned()))?
+            .map(ack)
+    }
+
+    /// A batch: validated as a whole first (a bad record stores nothing),
+    /// then produced together.
+    pub(crate) fn publish_many(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        let entry = self.entry(topic)?;
+        let auth = self.core.auth();
+        let prepared = records
+            .iter()
+            .map(|record| {
+                prepare(
+                    auth.as_ref(),
+                    &entry,
+                    &record.key,
+                    &record.value,
+                    record.uid.as_deref(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let partitions: Vec<u32> = prepared.iter().map(|record| record.partition).collect();
+        let deadline = self.deadline();
+        let offsets = if prepared.iter().all(|record| record.uid.is_none()) {
+            produce(&self.core, &entry.kafka_topic, &prepared, deadline)
+        } else {
+            publish_deduplicated(&self.core, &entry, prepared, deadline)?
+        };
+        partitions
+            .into_iter()
+            .zip(offsets)
+            .map(|(partition, offset)| {
+                offset.map(|offset| PublishAck {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Produces `records` (some with UIDs) holding the dedup locks of their
+/// partitions: UIDs already stored, or repeated earlier in the batch, get
+/// the stored offset and are not produced again.
+fn publish_deduplicated(
+    core: &Core,
+    entry: &Entry,
+    records: Vec<Prepared>,
+    deadline: Instant,
+) -> Result<Vec<Result<u64, BusError>>, BusError> {
+    let mut partitions: Vec<u32> = records
+        .iter()
+        .filter(|record| record.uid.is_some())
+        .map(|record| record.partition)
+        .collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    let states: Vec<Arc<dedup::PartitionState>> = partitions
+        .iter()
+        .map(|&partition| {
+            let mut map = lock(&core.partitions);
+            Arc::clone(map.entry((entry.spec.name.clone(), partition)).or_default())
+        })
+        .collect();
+    // Locks are taken in partition order, so batches cannot deadlock.
+    let mut guards: Vec<_> = states.iter().map(|state| lock(&state.index)).collect();
+    let slot_of = |partition: u32| partitions.binary_search(&partition).ok();
+    for (&partition, guard) in partitions.iter().zip(guards.iter_mut()) {
+        let partition = i32::try_from(partition).unwrap_or(i32::MAX);
+        guard.catch_up(
+            core,
+            &entry.kafka_topic,
+            partition,
+            entry.spec.dedup_window_ms,
+            deadline,
+        )?;
+    }
+    // Which records are new, and which repeat (a stored or an earlier UID).
+    let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
+    out.resize_with(records.len(), || None);
+    let mut first_in_batch: std::collections::HashMap<(u32, &str), usize> = Default::default();
+    let mut repeats: Vec<(usize, usize)> = Vec::new();
+    let mut to_send = Vec::new();
+    let mut sent_index = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        if let (Some(uid), Some(slot)) = (record.uid.as_deref(), slot_of(record.partition)) {
+            if let Some(offset) = guards[slot].get(uid) {
+                out[i] = Some(Ok(offset));
+                continue;
+            }
+            if let Some(&first) = first_in_batch.get(&(record.partition, uid)) {
+                repeats.push((i, first));
+                continue;
+            }
+            first_in_batch.insert((record.partition, uid), i);
+        }
+        to_send.push(record.clone());
+        sent_index.push(i);
+    }
+    let results = produce(core, &entry.kafka_topic, &to_send, deadline);
+    for (i, result) in sent_index.into_iter().zip(results) {
+        if let (Ok(offset), Some(uid), Some(slot)) = (
+            &result,
+            records[i].uid.as_deref(),
+            slot_of(records[i].partition),
+        ) {
+            guards[slot].record(uid, *offset);
+        }
+        out[i] = Some(result);
+    }
+    for (i, first) in repeats {
+        out[i] = Some(match &out[first] {
+            Some(Ok(offset)) => Ok(*offset),
+            _ => Err(BusError::Backend(
+                "kafka: the first record with this UID in the batch failed".to_owned(),
+            )),
+        });
+    }
+    Ok(out
+        .into_iter()
+        .map(|result| {
+            result.unwrap_or_else(|| Err(BusError::Backend("kafka: no delivery".to_owned())))
+        })
+        .collect())
+}

@@ -1,0 +1,294 @@
+//! Positioned reads of one partition (contract C5): a pool of consumers,
+//! each assigned to one partition at an explicit offset, reused while a
+//! caller replays sequentially. Reads stop at the high watermark, so a fetch
+//! at the end returns at once instead of long-polling.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bus_core::BusError;
+use rdkafka::Offset;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::Consumer;
+use rdkafka::message::{Headers, Message};
+
+use crate::KafkaOptions;
+use crate::client::{self, Reader, map_error, remaining};
+
+/// Header names of a bus record.
+pub(crate) const UID_HEADER: &str = "bus-uid";
+/// Hex HMAC tag header (contract C14).
+pub(crate) const TAG_HEADER: &str = "bus-tag";
+
+/// How many positioned consumers a bus keeps.
+const POOL_SIZE: usize = 8;
+/// Pause after which a read without progress re-checks the watermarks.
+const STALL: Duration = Duration::from_millis(250);
+
+/// One record as read from Kafka, before any check, borrowed from
+/// librdkafka's buffer (nothing is copied until decoded).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawMessage<'a> {
+    pub offset: u64,
+    pub key: &'a [u8],
+    pub value: Option<&'a [u8]>,
+    pub uid: Option<&'a str>,
+    pub tag: Option<&'a [u8]>,
+    pub timestamp: Option<i64>,
+}
+
+struct Slot {
+    consumer: Reader,
+    /// The offset the consumer will deliver next, when assigned.
+    next: Option<u64>,
+    /// The last high watermark seen.
+    high: u64,
+    last_used: u64,
+}
+
+/// The consumers of a bus, one per recently read partition, plus one with
+/// no assignment for watermark and timestamp queries: an assigned consumer
+/// idling at the end keeps a long-polling Fetch in flight, and the broker
+/// answers requests on one connection in order, so a query sent through it
+/// would wait out `fetch.wait.max.ms`.
+pub(crate) struct Pool {
+    slots: Mutex<PoolState>,
+    pub(crate) meta: Reader,
+}
+
+#[derive(Default)]
+struct PoolState {
+    slots: HashMap<(String, i32), Arc<Mutex<Slot>>>,
+    clock: u64,
+}
+
+impl Pool {
+    /// A pool with its query consumer.
+    pub(crate) fn new(options: &KafkaOptions) -> Result<Self, BusError> {
+        Ok(Self {
+            slots: Mutex::default(),
+            meta: client::reader(options)?,
+        })
+    }
+
+    fn slot(
+        &self,
+        options: &KafkaOptions,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<Mutex<Slot>>, BusError> {
+        let mut state = lock(&self.slots);
+        state.clock += 1;
+        let clock = state.clock;
+        let key = (topic.to_owned(), partition);
+        if let Some(slot) = state.slots.get(&key) {
+            if let Ok(mut inner) = slot.try_lock() {
+                inner.last_used = clock;
+            }
+            return Ok(Arc::clone(slot));
+        }
+        if state.slots.len() >= POOL_SIZE {
+            let oldest = state
+                .slots
+                .iter()
+                .filter(|(_, slot)| Arc::strong_count(slot) == 1)
+                .min_by_key(|(_, slot)| slot.try_lock().map_or(u64::MAX, |s| s.last_used))
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                state.slots.remove(&oldest);
+            }
+        }
+        let slot = Arc::new(Mutex::new(Slot {
+            consumer: client::reader(options)?,
+            next: None,
+            high: 0,
+            last_used: clock,
+        }));
+        state.slots.insert(key, Arc::clone(&slot));
+        Ok(slot)
+    }
+
+    /// Drops the consumers of `topic` (after it is deleted).
+    pub(crate) fn forget(&self, topic: &str) {
+        lock(&self.slots).slots.retain(|(name, _), _| name != topic);
+    }
+
+    /// The low and high watermarks of a partition.
+    pub(crate) fn watermarks(
+        &self,
+        options: &KafkaOptions,
+        topic: &str,
+        partition: i32,
+        deadline: Instant,
+    ) -> Result<(u64, u64), BusError> {
+        watermarks(options, &self.meta, topic, partition, deadline)
+    }
+
+    /// The first offset whose timestamp is at or after `timestamp_ms`, or
+    /// the high watermark when there is none.
+    pub(crate) fn offset_for_time(
+        &self,
+        options: &KafkaOptions,
+        topic: &str,
+        partition: i32,
+        timestamp_ms: i64,
+        deadline: Instant,
+    ) -> Result<u64, BusError> {
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, Offset::Offset(timestamp_ms))
+            .map_err(|error| map_error(options, "offsets_for_times", error))?;
+        let found = client::retry(options, "offsets_for_times", deadline, || {
+            self.meta
+                .offsets_for_times(list.clone(), remaining(deadline).min(STALL * 4))
+        })?;
+        let offset = found
+            .find_partition(topic, partition)
+            .map(|elem| elem.offset());
+        match offset {
+            Some(Offset::Offset(offset)) => Ok(u64::try_from(offset).unwrap_or(0)),
+            _ => Ok(watermarks(options, &self.meta, topic, partition, deadline)?.1),
+        }
+    }
+
+    /// Up to `max` records of `topic`/`partition` from `from` on (from the
+    /// log start when `from` is below it), never waiting past the high
+    /// watermark; each record is handed to `each` as it is read.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read<T>(
+        &self,
+        options: &KafkaOptions,
+        topic: &str,
+        partition: i32,
+        from: u64,
+        max: usize,
+        deadline: Instant,
+        mut each: impl FnMut(RawMessage<'_>) -> T,
+    ) -> Result<Vec<T>, BusError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let slot = self.slot(options, topic, partition)?;
+        let mut slot = lock(&slot);
+        let sequential = slot.next == Some(from) && from < slot.high;
+        let mut next = from;
+        if !sequential {
+            let (low, high) = watermarks(options, &self.meta, topic, partition, deadline)?;
+            slot.high = high;
+            next = from.max(low);
+            if next >= high {
+                return Ok(Vec::new());
+            }
+            if slot.next != Some(next) {
+                assign(options, &slot.consumer, topic, partition, next)?;
+                slot.next = Some(next);
+            }
+        }
+        let mut out = Vec::with_capacity(max.min(4_096));
+        let mut last_error = None;
+        let mut quiet_since = Instant::now();
+        while out.len() < max && next < slot.high {
+            if Instant::now() >= deadline {
+                slot.next = None;
+                return Err(last_error.unwrap_or_else(|| client::timed_out(options, "fetch")));
+            }
+            match slot.consumer.poll(remaining(deadline).min(STALL)) {
+                Some(Ok(message)) => {
+                    let Ok(offset) = u64::try_from(message.offset()) else {
+                        continue;
+                    };
+                    if offset < next {
+                        continue;
+                    }
+                    out.push(each(raw(&message, offset)));
+                    next = offset + 1;
+                    slot.high = slot.high.max(next);
+                    slot.next = Some(next);
+                    quiet_since = Instant::now();
+                }
+                Some(Err(error)) => {
+                    last_error = Some(map_error(options, "fetch", error));
+                }
+                None => {
+                    if quiet_since.elapsed() >= STALL {
+                        // Records may have expired under the consumer.
+                        if let Ok((low, high)) =
+                            watermarks(options, &self.meta, topic, partition, deadline)
+                        {
+                            slot.high = high;
+                            if next < low && out.is_empty() {
+                                next = low;
+                                assign(options, &slot.consumer, topic, partition, low)?;
+                                slot.next = Some(low);
+                            }
+                        }
+                        quiet_since = Instant::now();
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn assign(
+    options: &KafkaOptions,
+    consumer: &Reader,
+    topic: &str,
+    partition: i32,
+    offset: u64,
+) -> Result<(), BusError> {
+    let mut list = TopicPartitionList::new();
+    let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+    list.add_partition_offset(topic, partition, Offset::Offset(offset))
+        .and_then(|()| consumer.assign(&list))
+        .map_err(|error| map_error(options, "assigning a partition", error))
+}
+
+pub(crate) fn watermarks(
+    options: &KafkaOptions,
+    consumer: &Reader,
+    topic: &str,
+    partition: i32,
+    deadline: Instant,
+) -> Result<(u64, u64), BusError> {
+    let (low, high) = client::retry(options, "reading watermarks", deadline, || {
+        consumer.fetch_watermarks(topic, partition, remaining(deadline).min(STALL * 4))
+    })?;
+    Ok((
+        u64::try_from(low).unwrap_or(0),
+        u64::try_from(high).unwrap_or(0),
+    ))
+}
+
+fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
+    let mut uid = None;
+    let mut tag = None;
+    if let Some(headers) = message.headers() {
+        for header in headers.iter() {
+            match header.key {
+                UID_HEADER => {
+                    uid = header
+                        .value
+                        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+                }
+                TAG_HEADER => tag = header.value,
+                _ => {}
+            }
+        }
+    }
+    RawMessage {
+        offset,
+        key: message.key().unwrap_or_default(),
+        value: message.payload(),
+        uid,
+        tag,
+        timestamp: message.timestamp().to_millis(),
+    }
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
