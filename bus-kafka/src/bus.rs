@@ -18,6 +18,12 @@ impl EventBus for KafkaBus {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *slot = Some(RecordAuth::new(&key));
+        drop(slot);
+        // Which records hold a UID depends on the key: index again.
+        let states: Vec<_> = lock(&self.core.partitions).values().cloned().collect();
+        for state in states {
+            lock(&state.index).reset();
+        }
         Ok(())
     }
 
@@ -59,18 +65,30 @@ impl EventBus for KafkaBus {
             };
             let mut index = lock(&state.index);
             let kafka_partition = i32::try_from(partition).unwrap_or(i32::MAX);
+            let auth = core.auth();
+            let checker = crate::dedup::Checker {
+                topic: &entry.spec.name,
+                partition,
+                auth: auth.as_ref(),
+            };
             index.catch_up(
                 core,
                 &entry.kafka_topic,
                 kafka_partition,
                 entry.spec.dedup_window_ms,
                 deadline,
+                checker,
             )?;
             match index.get(uid) {
                 Some(offset) => Some(offset),
-                None => {
-                    index.search_tail(core, &entry.kafka_topic, kafka_partition, uid, deadline)?
-                }
+                None => index.search_tail(
+                    core,
+                    &entry.kafka_topic,
+                    kafka_partition,
+                    uid,
+                    deadline,
+                    checker,
+                )?,
             }
         };
         Ok(offset.map(|offset| PublishAck {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use bus_core::auth::RecordAuth;
 use bus_core::{BusError, now_ms};
 
 use crate::Core;
@@ -19,8 +20,29 @@ const SCAN_PAGE: usize = 2_000;
 /// How far below the warmed window `find_event_by_uid` looks, newest first.
 pub(crate) const FIND_TAIL: u64 = 100_000;
 
-fn uid_of(message: RawMessage<'_>) -> (u64, Option<String>) {
-    (message.offset, message.uid.map(str::to_owned))
+/// How index scans check records: a record that fails its tag while a
+/// control key is set never holds a UID (a forgery must not answer for the
+/// genuine event).
+#[derive(Clone, Copy)]
+pub(crate) struct Checker<'a> {
+    /// The bus topic name the tags cover.
+    pub topic: &'a str,
+    /// The bus partition.
+    pub partition: u32,
+    /// The control key, if set.
+    pub auth: Option<&'a RecordAuth>,
+}
+
+impl Checker<'_> {
+    fn uid_of(self, message: RawMessage<'_>) -> (u64, Option<String>) {
+        let authentic = self.auth.is_none_or(|auth| {
+            crate::fetch::tag_verifies(self.topic, self.partition, &message, auth)
+        });
+        (
+            message.offset,
+            message.uid.filter(|_| authentic).map(str::to_owned),
+        )
+    }
 }
 
 /// One partition's dedup state.
@@ -39,6 +61,12 @@ pub(crate) struct UidIndex {
 }
 
 impl UidIndex {
+    /// Forgets everything, so the next use warms again (the control key
+    /// changed, and with it which records are authentic).
+    pub(crate) fn reset(&mut self) {
+        *self = Self::default();
+    }
+
     /// The first stored offset of `uid`, as far as indexed.
     pub(crate) fn get(&self, uid: &str) -> Option<u64> {
         self.uids.get(uid).copied()
@@ -61,6 +89,7 @@ impl UidIndex {
         partition: i32,
         window_ms: u64,
         deadline: Instant,
+        checker: Checker<'_>,
     ) -> Result<(), BusError> {
         let options = &core.options;
         let (low, high) = core.pool.watermarks(options, topic, partition, deadline)?;
@@ -77,7 +106,13 @@ impl UidIndex {
         self.to = self.to.max(low);
         while self.to < high {
             let page = core.pool.read(
-                options, topic, partition, self.to, SCAN_PAGE, deadline, uid_of,
+                options,
+                topic,
+                partition,
+                self.to,
+                SCAN_PAGE,
+                deadline,
+                |message| checker.uid_of(message),
             )?;
             let Some(last) = page.last().map(|(offset, _)| *offset) else {
                 break;
@@ -101,6 +136,7 @@ impl UidIndex {
         partition: i32,
         uid: &str,
         deadline: Instant,
+        checker: Checker<'_>,
     ) -> Result<Option<u64>, BusError> {
         let options = &core.options;
         let (low, _) = core.pool.watermarks(options, topic, partition, deadline)?;
@@ -108,9 +144,15 @@ impl UidIndex {
         while self.from > floor {
             let start = floor.max(self.from.saturating_sub(SCAN_PAGE as u64));
             let count = usize::try_from(self.from - start).unwrap_or(SCAN_PAGE);
-            let page = core
-                .pool
-                .read(options, topic, partition, start, count, deadline, uid_of)?;
+            let page = core.pool.read(
+                options,
+                topic,
+                partition,
+                start,
+                count,
+                deadline,
+                |message| checker.uid_of(message),
+            )?;
             for (offset, found) in page.into_iter().filter(|(offset, _)| *offset < self.from) {
                 if let Some(found) = found {
                     let slot = self.uids.entry(found).or_insert(offset);

@@ -23,6 +23,30 @@ pub(crate) fn authentic_prefix(
     Ok(out)
 }
 
+/// Whether `message` carries a valid tag under `auth` (no JSON parsing).
+pub(crate) fn tag_verifies(
+    topic: &str,
+    partition: u32,
+    message: &RawMessage<'_>,
+    auth: &RecordAuth,
+) -> bool {
+    let Ok(key) = std::str::from_utf8(message.key) else {
+        return false;
+    };
+    let parts = RecordParts {
+        topic,
+        partition,
+        key,
+        uid: message.uid,
+        value: message.value.unwrap_or_default(),
+    };
+    message
+        .tag
+        .and_then(|tag| std::str::from_utf8(tag).ok())
+        .and_then(from_hex)
+        .is_some_and(|tag| tag.len() == TAG_LEN && auth.verify(parts, &tag))
+}
+
 /// Checks one record against the control key and decodes it.
 pub(crate) fn decode_one(
     topic: &str,
@@ -39,23 +63,11 @@ pub(crate) fn decode_one(
     let key = std::str::from_utf8(message.key).map_err(|_| integrity("key is not UTF-8"))?;
     let value = message.value.unwrap_or_default();
     if let Some(auth) = auth {
-        let parts = RecordParts {
-            topic,
-            partition,
-            key,
-            uid: message.uid,
-            value,
-        };
-        let tag = message
-            .tag
-            .ok_or_else(|| integrity("record carries no authentication tag"))?;
-        let tag = std::str::from_utf8(tag)
-            .ok()
-            .and_then(from_hex)
-            .filter(|tag| tag.len() == TAG_LEN);
-        match tag {
-            Some(tag) if auth.verify(parts, &tag) => {}
-            _ => return Err(integrity("authentication tag does not match")),
+        if message.tag.is_none() {
+            return Err(integrity("record carries no authentication tag"));
+        }
+        if !tag_verifies(topic, partition, &message, auth) {
+            return Err(integrity("authentication tag does not match"));
         }
     }
     let value = serde_json::from_slice(value).map_err(|_| integrity("value is not valid JSON"))?;

@@ -260,7 +260,13 @@ fn publish_deduplicated(
     // Locks are taken in partition order, so batches cannot deadlock.
     let mut guards: Vec<_> = states.iter().map(|state| lock(&state.index)).collect();
     let slot_of = |partition: u32| partitions.binary_search(&partition).ok();
+    let auth = core.auth();
     for (&partition, guard) in partitions.iter().zip(guards.iter_mut()) {
+        let checker = crate::dedup::Checker {
+            topic: &entry.spec.name,
+            partition,
+            auth: auth.as_ref(),
+        };
         let partition = i32::try_from(partition).unwrap_or(i32::MAX);
         guard.catch_up(
             core,
@@ -268,6 +274,7 @@ fn publish_deduplicated(
             partition,
             entry.spec.dedup_window_ms,
             deadline,
+            checker,
         )?;
     }
     // Which records are new, and which repeat (a stored or an earlier UID).
