@@ -12,11 +12,8 @@
 use std::time::{Duration, Instant};
 
 use bus_core::{BatchRecord, EventBus, Manifest, StoredEvent, TopicSpec};
-use bus_kafka::{KafkaBus, KafkaOptions, kafka_topic_name};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use bus_kafka::reference::RawKafka;
+use bus_kafka::{KafkaBus, KafkaOptions};
 use serde_json::{Value, json};
 
 const PAGE: usize = 1_000;
@@ -65,100 +62,6 @@ fn timed(count: usize, work: impl FnOnce()) -> f64 {
     let started = Instant::now();
     work();
     rate(count, started.elapsed())
-}
-
-/// What raw rdkafka needs for the same work.
-struct Raw {
-    brokers: String,
-    topic: String,
-    producer: FutureProducer,
-    runtime: tokio::runtime::Runtime,
-}
-
-impl Raw {
-    /// Serializes each event and waits for its delivery report.
-    fn serial(&self, events: &[Value]) {
-        self.runtime.block_on(async {
-            for event in events {
-                let payload = serde_json::to_vec(event).unwrap_or_default();
-                let record = FutureRecord::to(&self.topic)
-                    .partition(0)
-                    .key("agent-1")
-                    .payload(&payload);
-                self.producer
-                    .send(record, Timeout::Never)
-                    .await
-                    .unwrap_or_else(|(e, _)| panic!("raw send: {e}"));
-            }
-        });
-    }
-
-    /// Serializes a batch, enqueues it all, then waits for every report.
-    fn batch(&self, events: &[Value]) {
-        let payloads: Vec<Vec<u8>> = events
-            .iter()
-            .map(|event| serde_json::to_vec(event).unwrap_or_default())
-            .collect();
-        self.runtime.block_on(async {
-            let pending: Vec<_> = payloads
-                .iter()
-                .map(|payload| {
-                    let record = FutureRecord::to(&self.topic)
-                        .partition(0)
-                        .key("agent-1")
-                        .payload(payload);
-                    self.producer
-                        .send_result(record)
-                        .unwrap_or_else(|(e, _)| panic!("raw enqueue: {e}"))
-                })
-                .collect();
-            for delivery in pending {
-                let _ = delivery.await;
-            }
-        });
-    }
-
-    /// Reads the partition from 0 to its high watermark, decoding each
-    /// record into what the bus returns (offset, key, value, time).
-    fn replay(&self) -> usize {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .set(
-                "group.id",
-                format!("bench-{}", uuid::Uuid::new_v4().simple()),
-            )
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap_or_else(|e| panic!("consumer: {e}"));
-        let (_, high) = consumer
-            .fetch_watermarks(&self.topic, 0, Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("watermarks: {e}"));
-        let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&self.topic, 0, Offset::Offset(0))
-            .and_then(|()| consumer.assign(&list))
-            .unwrap_or_else(|e| panic!("assign: {e}"));
-        let (mut seen, mut page) = (0, Vec::with_capacity(PAGE));
-        while let Some(message) = consumer.poll(Duration::from_secs(10)) {
-            let message = message.unwrap_or_else(|e| panic!("poll: {e}"));
-            let value: Value =
-                serde_json::from_slice(message.payload().unwrap_or_default()).unwrap_or_default();
-            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
-            page.push((
-                message.offset(),
-                key,
-                value,
-                message.timestamp().to_millis(),
-            ));
-            if page.len() == PAGE {
-                std::hint::black_box(std::mem::take(&mut page));
-            }
-            seen += 1;
-            if message.offset() + 1 >= high {
-                break;
-            }
-        }
-        seen
-    }
 }
 
 fn bus_replay(bus: &KafkaBus, topic: &str) -> usize {
@@ -218,19 +121,8 @@ fn main() {
         TopicSpec::new(raw_topic.clone(), 1),
     ]))
     .unwrap_or_else(|e| panic!("provision: {e}"));
-    let raw = Raw {
-        brokers: args.brokers.clone(),
-        topic: kafka_topic_name(&raw_topic),
-        producer: ClientConfig::new()
-            .set("bootstrap.servers", &args.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "1")
-            .set("batch.size", "900000")
-            .create()
-            .unwrap_or_else(|e| panic!("raw producer: {e}")),
-        runtime: tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("runtime: {e}")),
-    };
+    let raw =
+        RawKafka::new(&args.brokers, &raw_topic).unwrap_or_else(|e| panic!("raw client: {e}"));
     let serial_events: Vec<Value> = (0..args.serial).map(event).collect();
     let batch_events: Vec<Value> = (0..args.batch).map(event).collect();
     let batch_records: Vec<BatchRecord> = batch_events
@@ -242,7 +134,8 @@ fn main() {
     let warm = &batch_records[..args.batch.min(5_000)];
     bus.publish_batch(&bus_topic, warm)
         .unwrap_or_else(|e| panic!("warm-up: {e}"));
-    raw.batch(&batch_events[..warm.len()]);
+    raw.batch(&batch_events[..warm.len()])
+        .unwrap_or_else(|e| panic!("raw batch: {e}"));
 
     let (mut serial, mut batch, mut replay) = ([0f64; 2], [0f64; 2], [0f64; 2]);
     let best = |slot: &mut f64, value: f64| *slot = slot.max(value);
@@ -258,7 +151,10 @@ fn main() {
         );
         best(
             &mut serial[1],
-            timed(args.serial, || raw.serial(&serial_events)),
+            timed(args.serial, || {
+                raw.serial(&serial_events)
+                    .unwrap_or_else(|e| panic!("raw serial: {e}"));
+            }),
         );
         best(
             &mut batch[0],
@@ -273,7 +169,8 @@ fn main() {
             &mut batch[1],
             timed(args.batch, || {
                 for chunk in batch_events.chunks(10_000) {
-                    raw.batch(chunk);
+                    raw.batch(chunk)
+                        .unwrap_or_else(|e| panic!("raw batch: {e}"));
                 }
             }),
         );
@@ -285,7 +182,7 @@ fn main() {
         assert_eq!(seen, total, "bus replay count");
         best(&mut replay[0], rate(seen, started.elapsed()));
         let started = Instant::now();
-        let seen = raw.replay();
+        let seen = raw.replay().unwrap_or_else(|e| panic!("raw replay: {e}"));
         assert_eq!(seen, total, "raw replay count");
         best(&mut replay[1], rate(seen, started.elapsed()));
     }
@@ -344,11 +241,11 @@ fn main() {
     );
     let _ = bus.delete_topics(&[bus_topic, raw_topic]);
     let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        ClientConfig::new()
+        rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &args.brokers)
             .create()
             .unwrap_or_else(|e| panic!("admin: {e}"));
-    let _ = raw.runtime.block_on(admin.delete_topics(
+    let _ = raw.block_on(admin.delete_topics(
         &[manifest_topic.as_str()],
         &rdkafka::admin::AdminOptions::new(),
     ));

@@ -52,6 +52,8 @@ mod options;
 mod provision;
 mod publish;
 mod reader;
+#[doc(hidden)]
+pub mod reference;
 mod registry;
 
 pub use client::kafka_topic_name;
