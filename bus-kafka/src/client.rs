@@ -103,7 +103,7 @@ pub(crate) fn reader(options: &KafkaOptions) -> Result<Reader, BusError> {
         .set("auto.offset.reset", "earliest")
         .set("allow.auto.create.topics", "false")
         .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "100")
+        .set("fetch.wait.max.ms", "10")
         .set("fetch.error.backoff.ms", "50")
         // librdkafka pauses fetching for a second once its queue is full;
         // a replaying caller drains it in milliseconds.

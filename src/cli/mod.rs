@@ -56,7 +56,15 @@ pub fn run_bench(
             }
         };
         let mut measured = bench::run_trait_phases(bus.as_ref(), backend, &tag, settings)?;
-        references::attach(backend, &url, &temp, settings, &mut measured)?;
+        references::attach(
+            bus.as_ref(),
+            backend,
+            &url,
+            &tag,
+            &temp,
+            settings,
+            &mut measured,
+        )?;
         rows.extend(measured);
         drop(bus);
         let _ = std::fs::remove_dir_all(&temp);

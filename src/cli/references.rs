@@ -25,14 +25,69 @@ pub fn fsync_rate(dir: &std::path::Path, bytes: usize, count: usize) -> Result<f
     Ok(rate)
 }
 
+/// Attaches `reference_per_s` to the row of `phase`.
+fn against(rows: &mut [super::bench::Row], phase: &str, reference: &str, reference_per_s: f64) {
+    for row in rows.iter_mut().filter(|row| row.phase == phase) {
+        *row = row.clone().against(reference, reference_per_s);
+    }
+}
+
+/// Raw rdkafka doing the same serial, batch and replay work on a topic
+/// the bus provisioned.
+#[cfg(feature = "kafka")]
+fn kafka_reference(
+    bus: &dyn bus::EventBus,
+    url: &str,
+    tag: &str,
+    settings: super::bench::Settings,
+    rows: &mut [super::bench::Row],
+) -> Result<(), BusError> {
+    use super::bench::event;
+    let brokers = url.trim_start_matches("kafka://");
+    let brokers = brokers.split('?').next().unwrap_or(brokers);
+    let topic = format!("bench-{tag}-raw");
+    bus.provision(&bus::Manifest::new([bus::TopicSpec::new(topic.clone(), 1)]))?;
+    let raw = bus_kafka::reference::RawKafka::new(brokers, &topic)?;
+    let serial: Vec<serde_json::Value> = (0..settings.records)
+        .map(|i| event(i, settings.event_bytes))
+        .collect();
+    let start = Instant::now();
+    raw.serial(&serial)?;
+    let serial_rate = serial.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let start = Instant::now();
+    for chunk in serial.chunks(1_000) {
+        raw.batch(chunk)?;
+    }
+    let batch_rate = serial.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let start = Instant::now();
+    let seen = raw.replay()?;
+    let replay_rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    against(rows, "serial publish", "raw rdkafka", serial_rate);
+    against(rows, "batch publish (1000/call)", "raw rdkafka", batch_rate);
+    against(
+        rows,
+        "sequential replay (1000/fetch)",
+        "raw rdkafka",
+        replay_rate,
+    );
+    Ok(())
+}
+
 /// Measures `backend`'s references and attaches them to its rows.
 pub fn attach(
+    bus: &dyn bus::EventBus,
     backend: &str,
-    _url: &str,
+    url: &str,
+    tag: &str,
     dir: &std::path::Path,
     settings: super::bench::Settings,
     rows: &mut [super::bench::Row],
 ) -> Result<(), BusError> {
+    let _ = (bus, url, tag);
+    #[cfg(feature = "kafka")]
+    if backend == "kafka" {
+        kafka_reference(bus, url, tag, settings, rows)?;
+    }
     if backend == "embedded" {
         let rate = fsync_rate(
             dir,
@@ -43,16 +98,10 @@ pub fn attach(
             .iter()
             .find(|row| row.phase == "serial publish")
             .and_then(|row| row.records_per_s);
-        for row in rows.iter_mut() {
-            match row.phase.as_str() {
-                "serial publish" => *row = row.clone().against("bare write+fdatasync", rate),
-                phase if phase.ends_with("-thread publish") => {
-                    if let Some(serial) = serial {
-                        *row = row.clone().against("serial publish (this run)", serial);
-                    }
-                }
-                _ => {}
-            }
+        against(rows, "serial publish", "bare write+fdatasync", rate);
+        if let Some(serial) = serial {
+            let phase = format!("{}-thread publish", settings.threads);
+            against(rows, &phase, "serial publish (this run)", serial);
         }
     }
     Ok(())
