@@ -119,7 +119,7 @@ impl EmbeddedBus {
         record: NewRecord,
     ) -> Result<u64, BusError> {
         let topic = self.inner.topic(topic)?;
-        let offsets = topic.partition(partition)?.append(vec![record])?;
+        let offsets = topic.partition(partition)?.append(vec![record], None)?;
         offsets
             .first()
             .copied()
@@ -172,7 +172,7 @@ impl EmbeddedBus {
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
         let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
-        let offsets = topic.partition(partition)?.append(vec![record])?;
+        let offsets = topic.partition(partition)?.append(vec![record], auth)?;
         let offset = offsets
             .first()
             .copied()
@@ -269,9 +269,10 @@ impl EventBus for EmbeddedBus {
         validate_key(key)?;
         validate_uid(event_uid)?;
         let partition = partition_for(key, topic.spec.partitions);
+        let auth = self.inner.auth();
         Ok(topic
             .partition(partition)?
-            .find_uid(event_uid)
+            .find_uid(event_uid, auth.as_ref())?
             .map(|offset| PublishAck {
                 topic: topic_name.to_owned(),
                 partition,
@@ -376,7 +377,7 @@ impl EventBus for EmbeddedBus {
         }
         let mut acks: Vec<Option<PublishAck>> = vec![None; records.len()];
         for (partition, (positions, batch)) in groups {
-            let offsets = topic.partition(partition)?.append(batch)?;
+            let offsets = topic.partition(partition)?.append(batch, auth.clone())?;
             for (i, offset) in positions.into_iter().zip(offsets) {
                 acks[i] = Some(PublishAck {
                     topic: topic_name.to_owned(),

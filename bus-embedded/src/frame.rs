@@ -50,26 +50,32 @@ pub(crate) struct Frame<'a> {
     records: &'a [u8],
 }
 
-/// Encodes one frame of `records` starting at offset `base`.
-pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Result<Vec<u8>, String> {
-    let body_len: usize = BODY_HEADER
-        + records
-            .iter()
-            .map(|r| {
-                1 + 4
-                    + r.key.len()
-                    + r.uid.as_ref().map_or(0, |u| 4 + u.len())
-                    + r.tag.as_ref().map_or(0, |t| 2 + t.len())
-                    + 4
-                    + r.value.len()
-            })
-            .sum::<usize>();
-    let len = u32::try_from(body_len)
+/// Bytes one record takes in a frame body.
+pub(crate) fn record_size(r: &NewRecord) -> usize {
+    1 + 4
+        + r.key.len()
+        + r.uid.as_ref().map_or(0, |u| 4 + u.len())
+        + r.tag.as_ref().map_or(0, |t| 2 + t.len())
+        + 4
+        + r.value.len()
+}
+
+/// The body length of a frame of `records`, or why they cannot share one.
+pub(crate) fn checked_body_len<'r>(
+    records: impl IntoIterator<Item = &'r NewRecord>,
+) -> Result<u32, String> {
+    let body_len = BODY_HEADER + records.into_iter().map(record_size).sum::<usize>();
+    u32::try_from(body_len)
         .ok()
         .filter(|&len| u64::from(len) <= MAX_BODY)
-        .ok_or_else(|| format!("batch of {body_len} bytes is too large for one frame"))?;
+        .ok_or_else(|| format!("batch of {body_len} bytes is too large for one frame"))
+}
+
+/// Encodes one frame of `records` starting at offset `base`.
+pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Result<Vec<u8>, String> {
+    let len = checked_body_len(records.iter().copied())?;
     let count = u32::try_from(records.len()).map_err(|_| "too many records in one batch")?;
-    let mut out = Vec::with_capacity(PREFIX + body_len);
+    let mut out = Vec::with_capacity(PREFIX + usize::try_from(len).unwrap_or_default());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&[MAGIC, VERSION]);
@@ -108,6 +114,21 @@ pub(crate) fn body_len(prefix: &[u8; PREFIX]) -> u64 {
     u64::from(u32::from_le_bytes([
         prefix[0], prefix[1], prefix[2], prefix[3],
     ]))
+}
+
+/// Bytes from a frame's start through its base offset.
+pub(crate) const HEAD: usize = PREFIX + 10;
+
+/// `(body length, base offset)` when `head` (at least [`HEAD`] bytes)
+/// starts like a frame: right magic and version, a length under
+/// [`MAX_BODY`]. Only [`decode`] proves it is one.
+pub(crate) fn peek(head: &[u8]) -> Option<(u64, u64)> {
+    let head = head.get(..HEAD)?;
+    if head[PREFIX] != MAGIC || head[PREFIX + 1] != VERSION {
+        return None;
+    }
+    let len = u64::from(u32_at(head, 0));
+    (len <= MAX_BODY).then(|| (len, u64_at(head, PREFIX + 2)))
 }
 
 /// Why bytes are not a frame.

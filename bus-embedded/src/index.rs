@@ -5,6 +5,8 @@
 //! Both files are hints: they carry a CRC and the segment's length, and a
 //! file that is missing, short or wrong is rebuilt from the segment.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
 
 /// The sparse index of one segment, plus what retention and fetch need.
@@ -29,6 +31,80 @@ impl SegmentIndex {
         at.checked_sub(1)
             .and_then(|i| self.entries.get(i).copied())
             .unwrap_or((0, 0))
+    }
+}
+
+/// UID → offset.
+pub(crate) type UidMap = HashMap<String, u64, fnv::FnvBuildHasher>;
+
+/// UID → offsets of the retained records carrying it, in log order. Dedup
+/// stores a UID once, so almost every UID has one record; the others
+/// (written around the bus, or stored again because the first copy does
+/// not authenticate) keep their later offsets in `more`, so a reopen can
+/// still find the authentic copy whichever came first.
+///
+/// FNV rather than SipHash: lookups are on the publish path, and UIDs
+/// come from the bus's own (trusted) callers.
+#[derive(Debug, Default)]
+pub(crate) struct UidIndex {
+    first: UidMap,
+    more: HashMap<String, Vec<u64>, fnv::FnvBuildHasher>,
+}
+
+impl UidIndex {
+    pub fn reserve(&mut self, additional: usize) {
+        self.first.reserve(additional);
+    }
+
+    /// Records that `uid` is (also) stored at `offset`, which follows
+    /// every offset already recorded for it.
+    pub fn push(&mut self, uid: String, offset: u64) {
+        match self.first.entry(uid) {
+            Entry::Vacant(entry) => {
+                entry.insert(offset);
+            }
+            Entry::Occupied(entry) if *entry.get() != offset => {
+                let rest = self.more.entry(entry.key().clone()).or_default();
+                if !rest.contains(&offset) {
+                    rest.push(offset);
+                }
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+
+    /// The oldest retained offset of `uid`.
+    pub fn first(&self, uid: &str) -> Option<u64> {
+        self.first.get(uid).copied()
+    }
+
+    /// Every retained offset of `uid`, oldest first.
+    pub fn all(&self, uid: &str) -> Vec<u64> {
+        let mut all: Vec<u64> = self.first(uid).into_iter().collect();
+        all.extend(self.more.get(uid).into_iter().flatten());
+        all
+    }
+
+    /// Forgets the offsets below `start` (deleted by retention).
+    pub fn retain_from(&mut self, start: u64) {
+        let Self { first, more } = self;
+        more.retain(|_, rest| {
+            rest.retain(|&offset| offset >= start);
+            !rest.is_empty()
+        });
+        first.retain(|uid, offset| {
+            if *offset >= start {
+                return true;
+            }
+            let Some(rest) = more.get_mut(uid) else {
+                return false;
+            };
+            *offset = rest.remove(0);
+            if rest.is_empty() {
+                more.remove(uid);
+            }
+            true
+        });
     }
 }
 
@@ -188,6 +264,22 @@ mod tests {
         assert!(decode_index(&bytes, 10, 9001).is_none());
         assert!(decode_index(&bytes[..bytes.len() - 1], 10, 9000).is_none());
         assert!(decode_index(&vec![0; bytes.len()], 10, 9000).is_none());
+    }
+
+    #[test]
+    fn uid_index_keeps_later_copies() {
+        let mut uids = UidIndex::default();
+        uids.push("a".to_owned(), 1);
+        uids.push("a".to_owned(), 4);
+        uids.push("a".to_owned(), 4);
+        uids.push("b".to_owned(), 2);
+        assert_eq!(uids.all("a"), vec![1, 4]);
+        assert_eq!(uids.first("b"), Some(2));
+        uids.retain_from(3);
+        assert_eq!(uids.all("a"), vec![4]);
+        assert_eq!(uids.first("b"), None);
+        uids.retain_from(5);
+        assert!(uids.all("a").is_empty());
     }
 
     #[test]

@@ -34,6 +34,7 @@
 //! ```
 
 mod broker;
+mod fetch;
 mod frame;
 mod fsutil;
 mod index;

@@ -28,6 +28,13 @@ pub trait FileLayer: Send + Sync + std::fmt::Debug {
     fn write_all_at(&self, file: &File, buf: &[u8], pos: u64) -> std::io::Result<()>;
     /// `fdatasync`.
     fn sync_data(&self, file: &File) -> std::io::Result<()>;
+    /// The fsync of the active segment when a partition is opened, so
+    /// bytes a killed writer left unsynced are durable before they are
+    /// read. Separate from [`FileLayer::sync_data`] so counting the
+    /// writer's syncs is unaffected.
+    fn sync_recovered(&self, file: &File) -> std::io::Result<()> {
+        file.sync_all()
+    }
 }
 
 /// The real file system.

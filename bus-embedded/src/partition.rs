@@ -1,4 +1,5 @@
-//! One partition of a topic: the group-commit writer, fetch and UID lookup.
+//! One partition of a topic: its state and the group-commit writer (the
+//! read side is in `fetch`).
 //!
 //! Publishers queue requests; the first one that finds no writer running
 //! becomes the writer for one round: it takes everything queued, assigns
@@ -10,19 +11,16 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
-use bus_core::{BusError, PartitionOffsets, StoredEvent, now_ms};
+use bus_core::auth::RecordAuth;
+use bus_core::{BusError, PartitionOffsets, now_ms};
 
-use crate::frame::{self, NewRecord, RecordRef};
-use crate::index::SegmentIndex;
+use crate::frame::{self, NewRecord};
+use crate::index::{SegmentIndex, UidIndex};
 use crate::options::{Durability, Options};
-use crate::segment::FrameReader;
 
-/// Value bytes one writer round takes at most (it always takes one request).
+/// Record bytes one writer round takes at most (it always takes one
+/// request), so an oversized request never shares a frame with others.
 const ROUND_BYTES: usize = 8 << 20;
-
-/// UID → offset.
-pub(crate) type UidMap = HashMap<String, u64, fnv::FnvBuildHasher>;
 
 /// A segment as readers see it.
 #[derive(Debug)]
@@ -40,10 +38,8 @@ pub(crate) struct SegmentMeta {
 pub(crate) struct ReadState {
     /// Ascending; the last one is the active segment.
     pub segments: Vec<SegmentMeta>,
-    /// UID → offset of every retained record with a UID (first one wins).
-    /// FNV rather than SipHash: lookups are on the publish path, and UIDs
-    /// come from the bus's own (trusted) callers.
-    pub uids: UidMap,
+    /// UID → offsets of every retained record with a UID.
+    pub uids: UidIndex,
 }
 
 /// What only the writer of the moment touches.
@@ -76,6 +72,40 @@ struct Queue {
 struct Request {
     id: u64,
     records: Vec<NewRecord>,
+    /// The publisher's key: stored UIDs count for dedup only when their
+    /// record authenticates under it.
+    auth: Option<RecordAuth>,
+}
+
+/// Ends a writer round even when `commit` panics: the round's waiters get
+/// an error, the partition is poisoned (memory and disk may disagree) and
+/// the next publisher can lead.
+struct Round<'p> {
+    partition: &'p Partition,
+    requests: &'p [Request],
+    /// The leader's own request; its panic reaches it directly.
+    own: u64,
+    finished: bool,
+}
+
+impl Drop for Round<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let cause = "the writer panicked".to_owned();
+        lock(&self.partition.writer)
+            .poisoned
+            .get_or_insert_with(|| cause.clone());
+        let mut queue = lock(&self.partition.queue);
+        for request in self.requests.iter().filter(|r| r.id != self.own) {
+            queue
+                .done
+                .insert(request.id, Err(self.partition.poisoned_error(&cause)));
+        }
+        queue.leading = false;
+        self.partition.turn.notify_all();
+    }
 }
 
 /// One partition's log.
@@ -95,17 +125,6 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Where one read of a segment starts.
-struct Snapshot {
-    /// Offset actually read from (at or past the log start).
-    from: u64,
-    path: PathBuf,
-    file: Option<Arc<File>>,
-    entry: (u64, u64),
-    len: u64,
-    end: u64,
 }
 
 impl Partition {
@@ -152,33 +171,48 @@ impl Partition {
     /// Appends `records` as one frame (sharing a writer round with other
     /// publishers) and returns each record's offset; a record whose UID is
     /// already stored gets the original offset and is not written again.
-    pub(crate) fn append(&self, records: Vec<NewRecord>) -> Result<Vec<u64>, BusError> {
+    /// With `auth`, a stored UID counts only when its record authenticates.
+    pub(crate) fn append(
+        &self,
+        records: Vec<NewRecord>,
+        auth: Option<RecordAuth>,
+    ) -> Result<Vec<u64>, BusError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
         if records.iter().all(|r| r.uid.is_some()) {
-            let read = self.reader();
-            let known: Option<Vec<u64>> = records
-                .iter()
-                .map(|r| r.uid.as_ref().and_then(|uid| read.uids.get(uid).copied()))
-                .collect();
-            if let Some(offsets) = known {
-                return Ok(offsets);
+            let mut known = Vec::with_capacity(records.len());
+            for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
+                match self.find_uid(uid, auth.as_ref())? {
+                    Some(offset) => known.push(offset),
+                    None => break,
+                }
+            }
+            if known.len() == records.len() {
+                return Ok(known);
             }
         }
         let mut queue = lock(&self.queue);
         let id = queue.next_id;
         queue.next_id += 1;
-        queue.pending.push(Request { id, records });
+        queue.pending.push(Request { id, records, auth });
         loop {
             if let Some(result) = queue.done.remove(&id) {
                 return result;
             }
             if !queue.leading && !queue.pending.is_empty() {
                 queue.leading = true;
-                let round = take_round(&mut queue.pending);
+                let requests = take_round(&mut queue.pending);
                 drop(queue);
-                let results = self.commit(round);
+                let mut round = Round {
+                    partition: self,
+                    requests: &requests,
+                    own: id,
+                    finished: false,
+                };
+                let results = self.commit(&requests);
+                round.finished = true;
+                drop(round);
                 queue = lock(&self.queue);
                 queue.done.extend(results);
                 queue.leading = false;
@@ -192,8 +226,9 @@ impl Partition {
         }
     }
 
-    /// One writer round: dedup, assign offsets, write, fsync, publish.
-    fn commit(&self, round: Vec<Request>) -> Vec<(u64, Result<Vec<u64>, BusError>)> {
+    /// One writer round: dedup, assign offsets, write, fsync, publish. A
+    /// request that cannot be framed or whose dedup lookup fails fails alone.
+    fn commit(&self, round: &[Request]) -> Vec<(u64, Result<Vec<u64>, BusError>)> {
         let mut writer = lock(&self.writer);
         if let Some(cause) = writer.poisoned.clone() {
             return round
@@ -205,50 +240,67 @@ impl Partition {
         let mut fresh: HashMap<&str, u64, fnv::FnvBuildHasher> = HashMap::default();
         let mut new_uids = Vec::new();
         let mut to_write: Vec<&NewRecord> = Vec::new();
-        let mut offsets = Vec::with_capacity(round.len());
-        {
-            let read = self.reader();
-            for request in &round {
-                let mut mine = Vec::with_capacity(request.records.len());
-                for record in &request.records {
-                    if let Some(uid) = record.uid.as_deref() {
-                        if let Some(&offset) = fresh.get(uid).or_else(|| read.uids.get(uid)) {
-                            mine.push(offset);
-                            continue;
-                        }
-                        fresh.insert(uid, next);
-                        new_uids.push((uid.to_owned(), next));
-                    }
-                    to_write.push(record);
-                    mine.push(next);
-                    next += 1;
+        let mut results = Vec::with_capacity(round.len());
+        for request in round {
+            let known = frame::checked_body_len(&request.records)
+                .map_err(|reason| BusError::invalid("records", reason))
+                .and_then(|_| self.stored_uids(request));
+            let known = match known {
+                Ok(known) => known,
+                Err(error) => {
+                    results.push((request.id, Err(error)));
+                    continue;
                 }
-                offsets.push(mine);
+            };
+            let mut mine = Vec::with_capacity(request.records.len());
+            for (record, known) in request.records.iter().zip(known) {
+                if let Some(uid) = record.uid.as_deref() {
+                    if let Some(offset) = fresh.get(uid).copied().or(known) {
+                        mine.push(offset);
+                        continue;
+                    }
+                    fresh.insert(uid, next);
+                    new_uids.push((uid.to_owned(), next));
+                }
+                to_write.push(record);
+                mine.push(next);
+                next += 1;
             }
+            results.push((request.id, Ok(mine)));
         }
         let outcome = if to_write.is_empty() {
             Ok(())
         } else {
             self.write_frame(&mut writer, &to_write, new_uids)
         };
-        match outcome {
-            Ok(()) => round
-                .iter()
-                .zip(offsets)
-                .map(|(r, o)| (r.id, Ok(o)))
-                .collect(),
-            Err(WriteError::Refused(reason)) => round
-                .iter()
-                .map(|r| (r.id, Err(BusError::invalid("records", reason.clone()))))
-                .collect(),
-            Err(WriteError::Failed(cause)) => {
-                writer.poisoned = Some(cause.clone());
-                round
-                    .iter()
-                    .map(|r| (r.id, Err(self.poisoned_error(&cause))))
-                    .collect()
-            }
+        let failure = |error: &WriteError| match error {
+            WriteError::Refused(reason) => BusError::invalid("records", reason.clone()),
+            WriteError::Failed(cause) => self.poisoned_error(cause),
+        };
+        let error = match outcome {
+            Ok(()) => return results,
+            Err(error) => error,
+        };
+        if let WriteError::Failed(cause) = &error {
+            writer.poisoned = Some(cause.clone());
         }
+        results
+            .into_iter()
+            .map(|(id, result)| (id, result.and_then(|_| Err(failure(&error)))))
+            .collect()
+    }
+
+    /// The stored offset of each record's UID (`None` without one, or when
+    /// no stored copy authenticates under the request's key).
+    fn stored_uids(&self, request: &Request) -> Result<Vec<Option<u64>>, BusError> {
+        request
+            .records
+            .iter()
+            .map(|record| match record.uid.as_deref() {
+                Some(uid) => self.find_uid(uid, request.auth.as_ref()),
+                None => Ok(None),
+            })
+            .collect()
     }
 
     fn write_frame(
@@ -294,7 +346,7 @@ impl Partition {
             active.index.min_ts.get_or_insert(stored_at);
         }
         for (uid, offset) in new_uids {
-            read.uids.entry(uid).or_insert(offset);
+            read.uids.push(uid, offset);
         }
         Ok(())
     }
@@ -306,197 +358,6 @@ impl Partition {
         let next = read.segments.last().map_or(first, |s| s.index.end);
         PartitionOffsets { first, next }
     }
-
-    /// The stored offset of `uid`.
-    pub(crate) fn find_uid(&self, uid: &str) -> Option<u64> {
-        self.reader().uids.get(uid).copied()
-    }
-
-    /// Up to `max` records from `offset` on (from the log start when below it).
-    /// A bad record ends the read: the records before it are returned, or
-    /// the error when it is the first.
-    pub(crate) fn fetch(
-        &self,
-        offset: u64,
-        max: usize,
-        auth: Option<&RecordAuth>,
-    ) -> Result<Vec<StoredEvent>, BusError> {
-        let mut out = Vec::new();
-        let mut cursor = offset;
-        let mut retries = 0;
-        while out.len() < max {
-            let Some(snapshot) = self.locate(cursor) else {
-                break;
-            };
-            match self.read_segment(&snapshot, max, auth, &mut out) {
-                Ok(next) => cursor = next,
-                Err(ReadError::Retry) if retries < 3 => retries += 1,
-                Err(ReadError::Retry) => {
-                    return Err(BusError::Backend(format!(
-                        "topic {:?} partition {}: segment {} keeps changing under the read",
-                        self.topic,
-                        self.id,
-                        snapshot.path.display()
-                    )));
-                }
-                Err(ReadError::Bus(_)) if !out.is_empty() => break,
-                Err(ReadError::Bus(error)) => return Err(error),
-            }
-        }
-        Ok(out)
-    }
-
-    fn locate(&self, offset: u64) -> Option<Snapshot> {
-        let read = self.reader();
-        let first = read.segments.first()?;
-        let from = offset.max(first.base);
-        let at = read.segments.partition_point(|s| s.base <= from);
-        let segment = read.segments[at.checked_sub(1)?..]
-            .iter()
-            .find(|s| s.index.end > from)?;
-        Some(Snapshot {
-            from,
-            path: segment.path.clone(),
-            file: segment.file.clone(),
-            entry: segment.index.floor(from),
-            len: segment.index.len,
-            end: segment.index.end,
-        })
-    }
-
-    /// Reads from one segment into `out`; returns the offset to continue at.
-    fn read_segment(
-        &self,
-        snapshot: &Snapshot,
-        max: usize,
-        auth: Option<&RecordAuth>,
-        out: &mut Vec<StoredEvent>,
-    ) -> Result<u64, ReadError> {
-        let file = match &snapshot.file {
-            Some(file) => Arc::clone(file),
-            None => match File::open(&snapshot.path) {
-                Ok(file) => Arc::new(file),
-                // Retention may have deleted it since the snapshot: look again.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(ReadError::Retry);
-                }
-                Err(error) => return Err(BusError::Io(error).into()),
-            },
-        };
-        let (mut expected, pos) = snapshot.entry;
-        let mut reader = FrameReader::new(&file, pos, snapshot.len);
-        let mut first = true;
-        while out.len() < max && expected < snapshot.end {
-            let corrupt = |reason: String| BusError::Corrupt {
-                location: snapshot.path.display().to_string(),
-                offset: expected,
-                reason,
-            };
-            let frame = match reader.next_frame().map_err(BusError::Io)? {
-                Some(Ok(frame)) => frame,
-                Some(Err(fault)) => return Err(corrupt(fault.to_string()).into()),
-                None => return Err(corrupt("segment ends early".to_owned()).into()),
-            };
-            if frame.base != expected {
-                if first {
-                    // The index is a hint: a wrong entry is rebuilt, then retried.
-                    self.rebuild_index(&snapshot.path)?;
-                    return Err(ReadError::Retry);
-                }
-                return Err(corrupt(format!("frame holds offset {}", frame.base)).into());
-            }
-            first = false;
-            for (offset, record) in (frame.base..).zip(frame.records()) {
-                if offset < snapshot.from {
-                    continue;
-                }
-                if out.len() >= max {
-                    break;
-                }
-                out.push(self.event(offset, frame.stored_at, record, auth)?);
-            }
-            expected = frame.end();
-        }
-        Ok(out
-            .last()
-            .map_or(expected, |e| e.offset + 1)
-            .max(snapshot.from))
-    }
-
-    fn event(
-        &self,
-        offset: u64,
-        stored_at: u64,
-        record: RecordRef<'_>,
-        auth: Option<&RecordAuth>,
-    ) -> Result<StoredEvent, BusError> {
-        let integrity = |reason: &str| BusError::Integrity {
-            topic: self.topic.clone(),
-            partition: self.id,
-            offset,
-            reason: reason.to_owned(),
-        };
-        let key = std::str::from_utf8(record.key).map_err(|_| integrity("key is not UTF-8"))?;
-        if let Some(auth) = auth {
-            let uid = match record.uid.map(std::str::from_utf8) {
-                Some(Ok(uid)) => Some(uid),
-                Some(Err(_)) => return Err(integrity("UID is not UTF-8")),
-                None => None,
-            };
-            let parts = RecordParts {
-                topic: &self.topic,
-                partition: self.id,
-                key,
-                uid,
-                value: record.value,
-            };
-            match record.tag {
-                None => return Err(integrity("record carries no authentication tag")),
-                Some(tag) if tag.len() != TAG_LEN || !auth.verify(parts, tag) => {
-                    return Err(integrity("authentication tag does not match"));
-                }
-                Some(_) => {}
-            }
-        }
-        let value = serde_json::from_slice(record.value)
-            .map_err(|_| integrity("value is not valid JSON"))?;
-        Ok(StoredEvent {
-            partition: self.id,
-            offset,
-            key: key.to_owned(),
-            value,
-            stored_at,
-        })
-    }
-
-    /// Rebuilds the sparse index of the segment at `path` from its frames.
-    fn rebuild_index(&self, path: &std::path::Path) -> Result<(), BusError> {
-        let (base, len) = {
-            let read = self.reader();
-            let Some(segment) = read.segments.iter().find(|s| s.path == path) else {
-                return Ok(());
-            };
-            (segment.base, segment.index.len)
-        };
-        let file = File::open(path)?;
-        let scan = crate::segment::scan(&file, base, self.options.index_interval_bytes)?;
-        if scan.valid_len < len {
-            return Err(BusError::Corrupt {
-                location: path.display().to_string(),
-                offset: scan.end,
-                reason: scan.fault.map_or_else(String::new, |(_, why)| why),
-            });
-        }
-        let mut read = self.read_mut();
-        if let Some(segment) = read.segments.iter_mut().find(|s| s.path == path) {
-            segment.index.entries = scan
-                .index
-                .into_iter()
-                .filter(|&(_, pos)| pos < segment.index.len)
-                .collect();
-        }
-        Ok(())
-    }
 }
 
 enum WriteError {
@@ -506,26 +367,48 @@ enum WriteError {
     Failed(String),
 }
 
-enum ReadError {
-    Retry,
-    Bus(BusError),
-}
-
-impl From<BusError> for ReadError {
-    fn from(error: BusError) -> Self {
-        Self::Bus(error)
-    }
-}
-
 fn take_round(pending: &mut Vec<Request>) -> Vec<Request> {
     let mut bytes = 0;
     let mut take = 0;
     for request in pending.iter() {
-        if take > 0 && bytes >= ROUND_BYTES {
+        let size = request
+            .records
+            .iter()
+            .map(frame::record_size)
+            .sum::<usize>();
+        if take > 0 && bytes + size > ROUND_BYTES {
             break;
         }
-        bytes += request.records.iter().map(|r| r.value.len()).sum::<usize>();
+        bytes += size;
         take += 1;
     }
     pending.drain(..take).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn request(id: u64, value_bytes: usize) -> Request {
+        Request {
+            id,
+            records: vec![NewRecord {
+                key: "k".to_owned(),
+                uid: None,
+                tag: None,
+                value: vec![b'1'; value_bytes],
+            }],
+            auth: None,
+        }
+    }
+
+    #[test]
+    fn an_oversized_request_gets_a_round_of_its_own() {
+        let mut pending = vec![request(0, 10), request(1, ROUND_BYTES), request(2, 10)];
+        let ids = |round: Vec<Request>| round.iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(ids(take_round(&mut pending)), vec![0]);
+        assert_eq!(ids(take_round(&mut pending)), vec![1]);
+        assert_eq!(ids(take_round(&mut pending)), vec![2]);
+    }
 }

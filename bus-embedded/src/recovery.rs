@@ -58,7 +58,7 @@ pub(crate) fn open_partition(
         expected = Some(if i == last { base } else { index.end });
         read.uids.reserve(uids.len());
         for (uid, offset) in uids {
-            read.uids.entry(uid).or_insert(offset);
+            read.uids.push(uid, offset);
         }
         read.segments.push(SegmentMeta {
             base,
@@ -80,8 +80,10 @@ pub(crate) fn open_partition(
     if scan.valid_len < file_len {
         // Only the unacknowledged tail goes: bytes past the last whole frame.
         file.set_len(scan.valid_len)?;
-        file.sync_all()?;
     }
+    // What a killed writer left in the page cache but never fsynced must be
+    // durable before it becomes visible (and dedup answers for it).
+    options.files.sync_recovered(&file)?;
     // Stale hints of the active segment (a roll that did not finish) are
     // rewritten when it is sealed.
     for ext in [IDX, UIDS] {
@@ -92,7 +94,7 @@ pub(crate) fn open_partition(
     }
     let file = Arc::new(file);
     for (uid, offset) in &scan.uids {
-        read.uids.entry(uid.clone()).or_insert(*offset);
+        read.uids.push(uid.clone(), *offset);
     }
     let writer = WriterState {
         file: Arc::clone(&file),

@@ -91,8 +91,8 @@ impl Partition {
         Ok(())
     }
 
-    /// Deletes the whole segments whose newest record is older than
-    /// `cutoff` (rolling the active one first when it is all old); returns
+    /// Deletes the whole segments whose newest record was stored at or
+    /// before `cutoff`, i.e. has reached the retention age (rolling the active one first when it is all old); returns
     /// how many records went. Offsets are kept: the active segment's file
     /// name carries the next offset even when it is empty.
     pub(crate) fn expire(&self, cutoff: u64) -> Result<u64, BusError> {
@@ -101,7 +101,7 @@ impl Partition {
             let read = self.reader();
             read.segments
                 .last()
-                .is_some_and(|s| s.index.end > s.base && s.index.max_ts < cutoff)
+                .is_some_and(|s| s.index.end > s.base && s.index.max_ts <= cutoff)
         };
         if active_old
             && writer.poisoned.is_none()
@@ -115,7 +115,7 @@ impl Partition {
             let sealed = read.segments.len().saturating_sub(1);
             let count = read.segments[..sealed]
                 .iter()
-                .take_while(|s| s.index.max_ts < cutoff)
+                .take_while(|s| s.index.max_ts <= cutoff)
                 .count();
             let gone: Vec<(u64, u64)> = read
                 .segments
@@ -125,7 +125,7 @@ impl Partition {
             if let Some(start) = read.segments.first().map(|s| s.base)
                 && !gone.is_empty()
             {
-                read.uids.retain(|_, offset| *offset >= start);
+                read.uids.retain_from(start);
             }
             gone
         };
@@ -133,17 +133,22 @@ impl Partition {
         if gone.is_empty() {
             return Ok(0);
         }
+        // The deletions that did happen must persist even when one fails.
+        let mut failed = None;
         for &(base, _) in &gone {
             for ext in [LOG, IDX, UIDS] {
                 match std::fs::remove_file(segment::path(&self.dir, base, ext)) {
                     Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(error.into());
+                        failed.get_or_insert(error);
                     }
                     _ => {}
                 }
             }
         }
         fsutil::sync_dir(&self.dir)?;
+        if let Some(error) = failed {
+            return Err(error.into());
+        }
         Ok(gone.iter().map(|(base, end)| end - base).sum())
     }
 

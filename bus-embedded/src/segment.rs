@@ -181,7 +181,10 @@ pub(crate) fn scan(file: &File, base: u64, index_interval: u64) -> std::io::Resu
             out.valid_len = reader.pos();
             continue;
         };
-        out.torn = fault == Fault::Short || frame_reaches_end(file, pos, file_len)?;
+        // A frame that verifies further on proves the bad one was written
+        // (and acked) before it: damage, not a torn tail.
+        out.torn = (fault == Fault::Short || frame_reaches_end(file, pos, file_len)?)
+            && next_verified_frame(file, pos + 1, file_len, out.end)?.is_none();
         out.fault = Some((pos, fault.to_string()));
         break;
     }
@@ -211,4 +214,43 @@ fn frame_reaches_end(file: &File, pos: u64, file_len: u64) -> std::io::Result<bo
         at += n as u64;
     }
     Ok(true)
+}
+
+/// The first position at or after `start` where a frame with base offset
+/// at least `min_base` verifies within `end`, with that base: where reading
+/// can resume past damage. Candidates are found by magic and version, so
+/// the checksum is computed only where a frame could start.
+pub(crate) fn next_verified_frame(
+    file: &File,
+    start: u64,
+    end: u64,
+    min_base: u64,
+) -> std::io::Result<Option<(u64, u64)>> {
+    let mut window = vec![0u8; CHUNK + frame::HEAD];
+    let mut body = Vec::new();
+    let mut at = start;
+    while at + frame::HEAD as u64 <= end {
+        let n =
+            usize::try_from((end - at).min(window.len() as u64)).map_err(std::io::Error::other)?;
+        file.read_exact_at(&mut window[..n], at)?;
+        let candidates = n - frame::HEAD + 1;
+        for i in 0..candidates {
+            let Some((len, base)) = frame::peek(&window[i..]) else {
+                continue;
+            };
+            let pos = at + i as u64;
+            if base < min_base || pos + PREFIX as u64 + len > end {
+                continue;
+            }
+            let mut prefix = [0u8; PREFIX];
+            prefix.copy_from_slice(&window[i..i + PREFIX]);
+            body.resize(usize::try_from(len).map_err(std::io::Error::other)?, 0);
+            file.read_exact_at(&mut body, pos + PREFIX as u64)?;
+            if frame::decode(&prefix, &body).is_ok_and(|f| f.count > 0) {
+                return Ok(Some((pos, base)));
+            }
+        }
+        at += candidates as u64;
+    }
+    Ok(None)
 }

@@ -1,0 +1,310 @@
+//! The read side of a partition: fetch across segments (stepping over a
+//! damaged frame that lies wholly before the requested offset), and UID
+//! lookups that, with a control key, count only records that authenticate.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
+use bus_core::{BusError, StoredEvent};
+
+use crate::frame::RecordRef;
+use crate::partition::Partition;
+use crate::segment::{self, FrameReader};
+
+/// Where one read of a segment starts.
+struct Snapshot {
+    /// Offset actually read from (at or past the log start).
+    from: u64,
+    path: PathBuf,
+    file: Option<Arc<File>>,
+    entry: (u64, u64),
+    len: u64,
+    end: u64,
+}
+
+impl Partition {
+    /// The stored offset of `uid`; with `auth`, of its oldest retained
+    /// record that authenticates (a forged copy must not answer for it).
+    pub(crate) fn find_uid(
+        &self,
+        uid: &str,
+        auth: Option<&RecordAuth>,
+    ) -> Result<Option<u64>, BusError> {
+        let Some(auth) = auth else {
+            return Ok(self.reader().uids.first(uid));
+        };
+        let candidates = self.reader().uids.all(uid);
+        for offset in candidates {
+            if self.authentic(offset, uid, auth)? {
+                return Ok(Some(offset));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the record at `offset` carries `uid` and a tag that verifies.
+    /// A record that is gone or unreadable proves nothing: false.
+    fn authentic(&self, offset: u64, uid: &str, auth: &RecordAuth) -> Result<bool, BusError> {
+        let Some(snapshot) = self.locate(offset).filter(|s| s.from == offset) else {
+            return Ok(false);
+        };
+        let file = match &snapshot.file {
+            Some(file) => Arc::clone(file),
+            None => match File::open(&snapshot.path) {
+                Ok(file) => Arc::new(file),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                Err(error) => return Err(error.into()),
+            },
+        };
+        let mut reader = FrameReader::new(&file, snapshot.entry.1, snapshot.len);
+        while let Some(Ok(frame)) = reader.next_frame()? {
+            if frame.end() <= offset {
+                continue;
+            }
+            let record = usize::try_from(offset.saturating_sub(frame.base))
+                .ok()
+                .filter(|_| frame.base <= offset)
+                .and_then(|i| frame.records().nth(i));
+            return Ok(record.is_some_and(|record| {
+                record.uid == Some(uid.as_bytes()) && self.check_tag(record, auth).is_ok()
+            }));
+        }
+        Ok(false)
+    }
+
+    /// Up to `max` records from `offset` on (from the log start when below it).
+    /// A bad record ends the read: the records before it are returned, or
+    /// the error when it is the first.
+    pub(crate) fn fetch(
+        &self,
+        offset: u64,
+        max: usize,
+        auth: Option<&RecordAuth>,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let mut out = Vec::new();
+        let mut cursor = offset;
+        let mut retries = 0;
+        while out.len() < max {
+            let Some(snapshot) = self.locate(cursor) else {
+                break;
+            };
+            // Retention deleted what follows the records collected: stop
+            // rather than jump ahead, so a result never has a hole.
+            if !out.is_empty() && snapshot.from != cursor {
+                break;
+            }
+            match self.read_segment(&snapshot, max, auth, &mut out) {
+                Ok(next) => cursor = next,
+                Err(ReadError::Retry) if !out.is_empty() => break,
+                Err(ReadError::Retry) if retries < 3 => retries += 1,
+                Err(ReadError::Retry) => {
+                    return Err(BusError::Backend(format!(
+                        "topic {:?} partition {}: segment {} keeps changing under the read",
+                        self.topic,
+                        self.id,
+                        snapshot.path.display()
+                    )));
+                }
+                Err(ReadError::Bus(_)) if !out.is_empty() => break,
+                Err(ReadError::Bus(error)) => return Err(error),
+            }
+        }
+        Ok(out)
+    }
+
+    fn locate(&self, offset: u64) -> Option<Snapshot> {
+        let read = self.reader();
+        let first = read.segments.first()?;
+        let from = offset.max(first.base);
+        let at = read.segments.partition_point(|s| s.base <= from);
+        let segment = read.segments[at.checked_sub(1)?..]
+            .iter()
+            .find(|s| s.index.end > from)?;
+        Some(Snapshot {
+            from,
+            path: segment.path.clone(),
+            file: segment.file.clone(),
+            entry: segment.index.floor(from),
+            len: segment.index.len,
+            end: segment.index.end,
+        })
+    }
+
+    /// Reads from one segment into `out`; returns the offset to continue at.
+    fn read_segment(
+        &self,
+        snapshot: &Snapshot,
+        max: usize,
+        auth: Option<&RecordAuth>,
+        out: &mut Vec<StoredEvent>,
+    ) -> Result<u64, ReadError> {
+        let file = match &snapshot.file {
+            Some(file) => Arc::clone(file),
+            None => match File::open(&snapshot.path) {
+                Ok(file) => Arc::new(file),
+                // Retention may have deleted it since the snapshot: look again.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(ReadError::Retry);
+                }
+                Err(error) => return Err(BusError::Io(error).into()),
+            },
+        };
+        let (mut expected, pos) = snapshot.entry;
+        let from = snapshot.from;
+        let mut reader = FrameReader::new(&file, pos, snapshot.len);
+        let mut first = true;
+        while out.len() < max && expected < snapshot.end {
+            let pos = reader.pos();
+            // Named so that a caller skipping to `offset + 1` always moves on.
+            let corrupt = |reason: String| BusError::Corrupt {
+                location: snapshot.path.display().to_string(),
+                offset: expected.max(from),
+                reason,
+            };
+            let reason = match reader.next_frame().map_err(BusError::Io)? {
+                Some(Ok(frame)) if frame.base == expected => {
+                    first = false;
+                    for (offset, record) in (frame.base..).zip(frame.records()) {
+                        if offset < from {
+                            continue;
+                        }
+                        if out.len() >= max {
+                            break;
+                        }
+                        out.push(self.event(offset, frame.stored_at, record, auth)?);
+                    }
+                    expected = frame.end();
+                    continue;
+                }
+                Some(Ok(_)) if first => {
+                    // The index is a hint: a wrong entry is rebuilt, then retried.
+                    self.rebuild_index(&snapshot.path, from)?;
+                    return Err(ReadError::Retry);
+                }
+                Some(Ok(frame)) => format!("frame holds offset {}", frame.base),
+                Some(Err(fault)) => fault.to_string(),
+                None => return Err(corrupt("segment ends early".to_owned()).into()),
+            };
+            // Step over a bad frame that lies wholly before `from`: the next
+            // frame that verifies says where its records end.
+            match segment::next_verified_frame(&file, pos + 1, snapshot.len, expected)
+                .map_err(BusError::Io)?
+            {
+                Some((next_pos, next_base)) if next_base <= from => {
+                    reader = FrameReader::new(&file, next_pos, snapshot.len);
+                    expected = next_base;
+                    first = false;
+                }
+                _ => return Err(corrupt(format!("{reason} at byte {pos}")).into()),
+            }
+        }
+        Ok(out
+            .last()
+            .map_or(expected, |e| e.offset + 1)
+            .max(snapshot.from))
+    }
+
+    fn event(
+        &self,
+        offset: u64,
+        stored_at: u64,
+        record: RecordRef<'_>,
+        auth: Option<&RecordAuth>,
+    ) -> Result<StoredEvent, BusError> {
+        let integrity = |reason: &str| BusError::Integrity {
+            topic: self.topic.clone(),
+            partition: self.id,
+            offset,
+            reason: reason.to_owned(),
+        };
+        let key = std::str::from_utf8(record.key).map_err(|_| integrity("key is not UTF-8"))?;
+        if let Some(auth) = auth {
+            self.check_tag(record, auth).map_err(integrity)?;
+        }
+        let value = serde_json::from_slice(record.value)
+            .map_err(|_| integrity("value is not valid JSON"))?;
+        Ok(StoredEvent {
+            partition: self.id,
+            offset,
+            key: key.to_owned(),
+            value,
+            stored_at,
+        })
+    }
+
+    /// Why `record` does not authenticate under `auth`, if it does not.
+    fn check_tag(&self, record: RecordRef<'_>, auth: &RecordAuth) -> Result<(), &'static str> {
+        let key = std::str::from_utf8(record.key).map_err(|_| "key is not UTF-8")?;
+        let uid = match record.uid.map(std::str::from_utf8) {
+            Some(Ok(uid)) => Some(uid),
+            Some(Err(_)) => return Err("UID is not UTF-8"),
+            None => None,
+        };
+        let parts = RecordParts {
+            topic: &self.topic,
+            partition: self.id,
+            key,
+            uid,
+            value: record.value,
+        };
+        match record.tag {
+            None => Err("record carries no authentication tag"),
+            Some(tag) if tag.len() != TAG_LEN || !auth.verify(parts, tag) => {
+                Err("authentication tag does not match")
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Rebuilds the sparse index of the segment at `path` from its frames.
+    /// An error names an offset at or past `from`, the offset being read.
+    fn rebuild_index(&self, path: &std::path::Path, from: u64) -> Result<(), ReadError> {
+        let (base, len) = {
+            let read = self.reader();
+            let Some(segment) = read.segments.iter().find(|s| s.path == path) else {
+                return Ok(());
+            };
+            (segment.base, segment.index.len)
+        };
+        let file = match File::open(path) {
+            Ok(file) => file,
+            // Retention deleted it since the snapshot: look again.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ReadError::Retry);
+            }
+            Err(error) => return Err(BusError::Io(error).into()),
+        };
+        let scan =
+            segment::scan(&file, base, self.options.index_interval_bytes).map_err(BusError::Io)?;
+        if scan.valid_len < len {
+            return Err(BusError::Corrupt {
+                location: path.display().to_string(),
+                offset: scan.end.max(from),
+                reason: scan.fault.map_or_else(String::new, |(_, why)| why),
+            }
+            .into());
+        }
+        let mut read = self.read_mut();
+        if let Some(segment) = read.segments.iter_mut().find(|s| s.path == path) {
+            segment.index.entries = scan
+                .index
+                .into_iter()
+                .filter(|&(_, pos)| pos < segment.index.len)
+                .collect();
+        }
+        Ok(())
+    }
+}
+
+enum ReadError {
+    Retry,
+    Bus(BusError),
+}
+
+impl From<BusError> for ReadError {
+    fn from(error: BusError) -> Self {
+        Self::Bus(error)
+    }
+}
