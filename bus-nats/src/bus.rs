@@ -9,8 +9,8 @@ use async_nats::jetstream;
 use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
-    PublishAck, StoredEvent, check_partition, partition_for, validate_key, validate_topic_name,
-    validate_uid,
+    PartitionOffsets, PublishAck, StoredEvent, check_partition, partition_for, validate_key,
+    validate_topic_name, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};
@@ -18,6 +18,7 @@ use crate::naming::record_subject;
 use crate::options::NatsOptions;
 use crate::publish::{prepare, send_all};
 use crate::shared::{Shared, TopicState};
+use crate::uid::{Resolved, UidSubject};
 use crate::{fetch, topics};
 
 /// Acks a single connection may leave outstanding (pipelined batches).
@@ -149,8 +150,7 @@ impl NatsBus {
         if prepared.is_empty() {
             return Ok(Vec::new());
         }
-        let name = state.spec.name.clone();
-        self.run("publish", move |shared| send_all(shared, name, prepared))
+        self.run("publish", move |shared| send_all(shared, state, prepared))
     }
 
     fn publish_one(
@@ -162,9 +162,8 @@ impl NatsBus {
     ) -> Result<PublishAck, BusError> {
         let state = self.topic(topic)?;
         let prepared = prepare(&self.shared, &state, key, value, uid)?;
-        let name = state.spec.name.clone();
         let acks = self.run("publish", move |shared| {
-            send_all(shared, name, vec![prepared])
+            send_all(shared, state, vec![prepared])
         })?;
         acks.into_iter()
             .next()
@@ -216,21 +215,36 @@ impl EventBus for NatsBus {
                 BusError::Backend(format!("topic {topic:?} lost partition {partition}"))
             })?;
         let subject = record_subject(&stream, Some(event_uid));
+        let (name, uid) = (topic.to_owned(), event_uid.to_owned());
         let sequence = self.run("find_event_by_uid", move |shared| async move {
+            let what = format!("find_event_by_uid in {stream}");
             let handle = shared
                 .js
                 .get_stream_no_info(&stream)
                 .await
                 .map_err(|error| BusError::Backend(format!("stream {stream}: {error}")))?;
             // The server's per-subject index answers; nothing is scanned.
+            if let Some(auth) = shared.auth() {
+                let lookup = UidSubject {
+                    stream: &handle,
+                    subject: &subject,
+                    topic: &name,
+                    partition,
+                    uid: &uid,
+                    auth: &auth,
+                    what: &what,
+                };
+                return Ok(match lookup.resolve().await? {
+                    Resolved::Authentic(sequence) => Some(sequence),
+                    Resolved::Absent { .. } => None,
+                });
+            }
             match handle.direct_get_last_for_subject(subject).await {
                 Ok(message) => Ok(Some(message.sequence)),
                 Err(error) if error.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
                     Ok(None)
                 }
-                Err(error) => Err(unavailable(format!(
-                    "find_event_by_uid in {stream}: {error}"
-                ))),
+                Err(error) => Err(unavailable(format!("{what}: {error}"))),
             }
         })?;
         Ok(sequence.map(|sequence| PublishAck {
@@ -254,6 +268,14 @@ impl EventBus for NatsBus {
         }
         self.run("fetch", move |shared| {
             fetch::fetch(shared, state, partition, offset, max)
+        })
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+        let state = self.topic(topic)?;
+        check_partition(topic, partition, state.spec.partitions)?;
+        self.run("offsets", move |shared| {
+            fetch::offsets(shared, state, partition)
         })
     }
 

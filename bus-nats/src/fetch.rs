@@ -1,9 +1,11 @@
-//! Fetching (contract C5). Each fetch asks the stream for its first and
-//! last sequence, so the end of a partition answers at once instead of
-//! waiting for records. Small reads are direct gets by sequence; longer
-//! ones go through a per-partition ephemeral pull consumer kept at the next
-//! sequence, so sequential replay reuses it. The consumer acks nothing,
-//! lives in memory and is removed by the server when left idle.
+//! Fetching (contract C5). A read below the partition's known end (the
+//! highest sequence seen in acks, reads and consumer pending counts) goes
+//! straight to the records; a read past it first asks the stream where it
+//! ends, so the end of a partition answers at once instead of waiting for
+//! records. Small reads are direct gets by sequence; longer ones go through
+//! a per-partition ephemeral pull consumer kept at the next sequence, so
+//! sequential replay reuses it. The consumer acks nothing, lives in memory
+//! and is removed by the server when left idle.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,17 +13,19 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::consumer::pull::Config as PullConfig;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
-use bus_core::{BusError, StoredEvent};
+use bus_core::{BusError, PartitionOffsets, StoredEvent};
 use futures::StreamExt;
 use futures::future::join_all;
 
 use crate::errors::unavailable;
-use crate::record::{RawMessage, decode, epoch_ms};
+use crate::record::{RawMessage, decode, epoch_ms, from_stream_message};
 use crate::shared::{PartitionState, Shared, TopicState};
 use crate::topics::stream_info;
 
 /// Reads of at most this many records use direct gets (no consumer).
 const DIRECT_MAX: u64 = 8;
+/// Records a pull reserves room for up front.
+const PREALLOCATE_MAX: usize = 4_096;
 /// A cursor idle this long is replaced rather than trusted.
 const CURSOR_IDLE: Duration = Duration::from_secs(10);
 /// The server drops a cursor's consumer after this much inactivity.
@@ -46,6 +50,52 @@ impl Cursor {
     }
 }
 
+fn partition_state(topic: &TopicState, partition: u32) -> Result<&PartitionState, BusError> {
+    topic.partitions.get(partition as usize).ok_or_else(|| {
+        BusError::Backend(format!(
+            "topic {:?} lost partition {partition}",
+            topic.spec.name
+        ))
+    })
+}
+
+/// The stream's first and last sequence, from the server.
+async fn bounds(
+    shared: &Shared,
+    topic: &TopicState,
+    state: &PartitionState,
+    what: &str,
+) -> Result<(u64, u64), BusError> {
+    let info = stream_info(&shared.js, &state.stream)
+        .await
+        .map_err(|failure| failure.into_bus(what, shared.timeout))?;
+    let Some(info) = info else {
+        shared.forget(&topic.spec.name);
+        return Err(BusError::UnknownTopic(topic.spec.name.clone()));
+    };
+    state.saw(info.state.last_sequence);
+    Ok((info.state.first_sequence, info.state.last_sequence))
+}
+
+/// The retained offsets of `partition`: one stream info, also right after
+/// retention expired every record.
+pub(crate) async fn offsets(
+    shared: Arc<Shared>,
+    topic: Arc<TopicState>,
+    partition: u32,
+) -> Result<PartitionOffsets, BusError> {
+    let state = partition_state(&topic, partition)?;
+    let what = format!(
+        "offsets of topic {:?} partition {partition}",
+        topic.spec.name
+    );
+    let (first, last) = bounds(&shared, &topic, state, &what).await?;
+    Ok(PartitionOffsets {
+        first: first.saturating_sub(1).min(last),
+        next: last,
+    })
+}
+
 /// Up to `max` records of `partition` from `offset`, ascending, gap-free.
 pub(crate) async fn fetch(
     shared: Arc<Shared>,
@@ -55,34 +105,42 @@ pub(crate) async fn fetch(
     max: usize,
 ) -> Result<Vec<StoredEvent>, BusError> {
     let name = topic.spec.name.as_str();
-    let state = topic
-        .partitions
-        .get(partition as usize)
-        .ok_or_else(|| BusError::Backend(format!("topic {name:?} lost partition {partition}")))?;
+    let state = partition_state(&topic, partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
-    let info = stream_info(&shared.js, &state.stream)
-        .await
-        .map_err(|failure| failure.into_bus(&what, shared.timeout))?;
-    let Some(info) = info else {
-        shared.forget(name);
-        return Err(BusError::UnknownTopic(name.to_owned()));
+    let mut start = offset.saturating_add(1);
+    let mut end = state.known_end();
+    let mut asked = false;
+    let messages = loop {
+        if start > end || asked {
+            let (first, last) = bounds(&shared, &topic, state, &what).await?;
+            (start, end, asked) = (start.max(first), last, true);
+            if start > end {
+                return Ok(Vec::new());
+            }
+        }
+        let count = (end - start + 1).min(max as u64);
+        let stream = shared
+            .js
+            .get_stream_no_info(&state.stream)
+            .await
+            .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
+        let messages = if count <= DIRECT_MAX {
+            direct(&stream, start, count, &what).await?
+        } else {
+            consume(&shared, state, &stream, start, count, &what).await?
+        };
+        // Nothing where records were expected: retention took the front, or
+        // the stream is not the one we knew. Ask the server once.
+        if messages.is_empty() && !asked {
+            state.reset_end();
+            asked = true;
+            continue;
+        }
+        break messages;
     };
-    let (first, last) = (info.state.first_sequence.max(1), info.state.last_sequence);
-    let start = offset.saturating_add(1).max(first);
-    if start > last {
-        return Ok(Vec::new());
+    if let Some(last) = messages.last() {
+        state.saw(last.sequence);
     }
-    let count = (last - start + 1).min(max as u64);
-    let stream = shared
-        .js
-        .get_stream_no_info(&state.stream)
-        .await
-        .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
-    let messages = if count <= DIRECT_MAX {
-        direct(&stream, start, count, &what).await?
-    } else {
-        consume(&shared, state, &stream, start, count, &what).await?
-    };
     let auth = shared.auth();
     let mut events = Vec::with_capacity(messages.len());
     for message in &messages {
@@ -109,12 +167,7 @@ async fn direct(
     let mut out = Vec::with_capacity(results.len());
     for result in results {
         match result {
-            Ok(message) => out.push(RawMessage {
-                sequence: message.sequence,
-                headers: Some(message.headers),
-                payload: message.payload,
-                stored_at: epoch_ms(message.time),
-            }),
+            Ok(message) => out.push(from_stream_message(message)),
             // Expired since the stream info was read: only the front goes.
             Err(error) if error.kind() == DirectGetErrorKind::NotFound => {
                 if out.is_empty() {
@@ -150,7 +203,7 @@ async fn consume(
             *slot = Some(open(stream, &state.stream, start, what).await?);
         }
         let Some(cursor) = slot.as_mut() else { break };
-        match pull(cursor, count).await {
+        match pull(cursor, count, state).await {
             Ok(messages) if !messages.is_empty() => {
                 if let Some(last) = messages.last() {
                     cursor.next = last.sequence + 1;
@@ -193,9 +246,14 @@ async fn open(stream: &Stream<()>, name: &str, start: u64, what: &str) -> Result
     })
 }
 
-/// The next `count` messages, ending early (no wait) when the consumer has
-/// nothing more.
-async fn pull(cursor: &Cursor, count: u64) -> Result<Vec<RawMessage>, async_nats::Error> {
+/// The next `count` messages (all known to be stored), ending early (no
+/// wait) when the consumer has nothing more. The last message's pending
+/// count tells where the stream ends.
+async fn pull(
+    cursor: &Cursor,
+    count: u64,
+    state: &PartitionState,
+) -> Result<Vec<RawMessage>, async_nats::Error> {
     let wanted = usize::try_from(count).unwrap_or(usize::MAX);
     let mut batch = cursor
         .consumer
@@ -203,21 +261,27 @@ async fn pull(cursor: &Cursor, count: u64) -> Result<Vec<RawMessage>, async_nats
         .max_messages(wanted)
         .messages()
         .await?;
-    let mut out = Vec::with_capacity(wanted);
+    let mut out = Vec::with_capacity(wanted.min(PREALLOCATE_MAX));
+    let mut end = 0;
     while let Some(message) = batch.next().await {
         let message = message?;
-        let info = message.info()?;
-        let (sequence, stored_at) = (info.stream_sequence, epoch_ms(info.published));
+        let (sequence, stored_at, pending) = {
+            let info = message.info()?;
+            (info.stream_sequence, epoch_ms(info.published), info.pending)
+        };
+        end = sequence.saturating_add(pending);
+        let message = message.message;
         out.push(RawMessage {
             sequence,
-            headers: message.message.headers.clone(),
-            payload: message.message.payload.clone(),
+            headers: message.headers,
+            payload: message.payload,
             stored_at,
         });
         if out.len() >= wanted {
             break;
         }
     }
+    state.saw(end);
     Ok(out)
 }
 

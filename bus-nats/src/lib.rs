@@ -6,7 +6,14 @@
 //! key, UID and authentication tag travel in headers. Records with a UID go
 //! to a subject of their own, published on the condition that it is empty,
 //! so a UID is stored once for as long as its record is retained and
-//! `find_event_by_uid` is one indexed direct get. The async client runs on
+//! `find_event_by_uid` is one indexed direct get. With a control key set, a
+//! message injected onto a UID's subject without a valid tag answers for
+//! nothing: the genuine record is stored after it (see `uid.rs`).
+//!
+//! The server's `max_payload` (1MB by default) must hold a topic's largest
+//! record plus its headers; provisioning refuses a topic that would not
+//! fit, naming `max_record_bytes` (scripts/nats.sh starts the server with
+//! `max_payload: 8MB`). The async client runs on
 //! the bus's own connector thread; every call is bounded by the operation
 //! timeout (10 s by default).
 //!
@@ -33,6 +40,7 @@ mod publish;
 mod record;
 mod shared;
 mod topics;
+mod uid;
 
 pub use bus::NatsBus;
 pub use options::{DEFAULT_PREFIX, NatsOptions};

@@ -108,6 +108,9 @@ pub fn encode_header_text(text: &str) -> String {
 
 /// Reverses [`encode_header_text`]; `None` when malformed.
 pub fn decode_header_text(text: &str) -> Option<String> {
+    if !text.contains('%') {
+        return Some(text.to_owned());
+    }
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

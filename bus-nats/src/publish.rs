@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use async_nats::HeaderMap;
-use bus_core::auth::RecordParts;
+use async_nats::jetstream::context::PublishError;
+use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BusError, PublishAck, encode_value, partition_for, resolve_uid, validate_key, validate_uid,
 };
@@ -12,8 +13,13 @@ use bytes::Bytes;
 
 use crate::errors::{PublishFailure, publish_failure};
 use crate::naming::record_subject;
-use crate::record::{headers_len, record_headers};
+use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{Shared, TopicState};
+use crate::uid::{Resolved, UidSubject};
+
+/// Publishes of one UID record tried before giving up on a subject that
+/// keeps changing under it.
+const MAX_SETTLE_ATTEMPTS: usize = 8;
 
 /// A validated, signed record ready to send.
 pub(crate) struct Prepared {
@@ -21,6 +27,15 @@ pub(crate) struct Prepared {
     subject: String,
     headers: HeaderMap,
     payload: Bytes,
+    /// With a control key, a UID record keeps what it needs to be signed
+    /// again under another guard (see [`crate::uid`]).
+    resend: Option<Resend>,
+}
+
+struct Resend {
+    key: String,
+    uid: String,
+    auth: RecordAuth,
 }
 
 /// Checks and encodes one record; nothing is sent yet, so a batch with a
@@ -54,7 +69,8 @@ pub(crate) fn prepare(
         uid,
         value: &payload,
     };
-    let headers = record_headers(shared.auth().as_ref(), parts)?;
+    let auth = shared.auth();
+    let headers = record_headers(auth.as_ref(), parts, Guard::Empty)?;
     // The server would refuse a message over its max_payload; say so with
     // the sizes instead of letting the publish fail obscurely.
     let size = payload.len() + headers_len(&headers);
@@ -69,6 +85,14 @@ pub(crate) fn prepare(
         partition,
         subject: record_subject(stream, uid),
         headers,
+        resend: match (auth, uid) {
+            (Some(auth), Some(uid)) => Some(Resend {
+                key: key.to_owned(),
+                uid: uid.to_owned(),
+                auth,
+            }),
+            _ => None,
+        },
         payload: Bytes::from(payload),
     })
 }
@@ -76,50 +100,136 @@ pub(crate) fn prepare(
 /// Sends `records` in order, then awaits every ack; returns them in order.
 pub(crate) async fn send_all(
     shared: Arc<Shared>,
-    topic: String,
+    topic: Arc<TopicState>,
     records: Vec<Prepared>,
 ) -> Result<Vec<PublishAck>, BusError> {
-    let what = format!("publish to topic {topic:?}");
+    let name = topic.spec.name.as_str();
+    let what = format!("publish to topic {name:?}");
     let mut pending = Vec::with_capacity(records.len());
     for record in records {
         let size = record.payload.len() + headers_len(&record.headers);
+        let retry = record
+            .resend
+            .map(|resend| (record.subject.clone(), record.payload.clone(), resend));
         let sent = shared
             .js
             .publish_with_headers(record.subject, record.headers, record.payload)
             .await;
-        pending.push((record.partition, size, sent));
+        pending.push((record.partition, size, sent, retry));
     }
     let mut acks = Vec::with_capacity(pending.len());
-    for (partition, size, sent) in pending {
+    for (partition, size, sent, retry) in pending {
         let acked = match sent {
             Ok(future) => future.await,
             Err(error) => Err(error),
         };
-        let sequence = match acked {
-            Ok(ack) => ack.sequence,
-            Err(error) => {
-                match publish_failure(
-                    &error,
-                    &what,
-                    shared.timeout,
-                    size,
-                    shared.max_payload,
-                    &topic,
-                ) {
-                    PublishFailure::AlreadyStored(sequence) => sequence,
-                    PublishFailure::StreamGone => {
-                        shared.forget(&topic);
-                        return Err(BusError::UnknownTopic(topic));
-                    }
-                    PublishFailure::Other(error) => return Err(error),
-                }
+        let sequence = match (acked, retry) {
+            (Ok(ack), Some(retry)) if ack.duplicate => {
+                // A window duplicate names whatever carried the UID's
+                // Nats-Msg-Id: check it like a conflict.
+                settle(&shared, &topic, partition, &retry, &what).await?
             }
+            (Ok(ack), _) => ack.sequence,
+            (Err(error), retry) => match failure(&shared, name, &what, size, &error) {
+                PublishFailure::AlreadyStored(sequence) => match retry {
+                    Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
+                    None => sequence,
+                },
+                PublishFailure::StreamGone => {
+                    shared.forget(name);
+                    return Err(BusError::UnknownTopic(name.to_owned()));
+                }
+                PublishFailure::Other(error) => return Err(error),
+            },
         };
+        if let Some(state) = topic.partitions.get(partition as usize) {
+            state.saw(sequence);
+        }
         acks.push(PublishAck {
-            topic: topic.clone(),
+            topic: name.to_owned(),
             partition,
             offset: sequence.saturating_sub(1),
         });
     }
     Ok(acks)
+}
+
+fn failure(
+    shared: &Shared,
+    topic: &str,
+    what: &str,
+    size: usize,
+    error: &PublishError,
+) -> PublishFailure {
+    publish_failure(error, what, shared.timeout, size, shared.max_payload, topic)
+}
+
+/// The UID's subject already holds something: answer with its authentic
+/// record, or store this one after the forgeries, conditioned on the
+/// subject's last sequence (so concurrent retries still store one record).
+async fn settle(
+    shared: &Shared,
+    topic: &TopicState,
+    partition: u32,
+    (subject, payload, resend): &(String, Bytes, Resend),
+    what: &str,
+) -> Result<u64, BusError> {
+    let name = topic.spec.name.as_str();
+    let state = topic
+        .partitions
+        .get(partition as usize)
+        .ok_or_else(|| BusError::Backend(format!("topic {name:?} lost partition {partition}")))?;
+    let stream = shared
+        .js
+        .get_stream_no_info(&state.stream)
+        .await
+        .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
+    let lookup = UidSubject {
+        stream: &stream,
+        subject,
+        topic: name,
+        partition,
+        uid: &resend.uid,
+        auth: &resend.auth,
+        what,
+    };
+    for _attempt in 0..MAX_SETTLE_ATTEMPTS {
+        let last = match lookup.resolve().await? {
+            Resolved::Authentic(sequence) => return Ok(sequence),
+            Resolved::Absent { last } => last,
+        };
+        let parts = RecordParts {
+            topic: name,
+            partition,
+            key: &resend.key,
+            uid: Some(&resend.uid),
+            value: payload,
+        };
+        let headers = record_headers(Some(&resend.auth), parts, Guard::After(last))?;
+        let size = payload.len() + headers_len(&headers);
+        let acked = match shared
+            .js
+            .publish_with_headers(subject.clone(), headers, payload.clone())
+            .await
+        {
+            Ok(future) => future.await,
+            Err(error) => Err(error),
+        };
+        match acked {
+            Ok(ack) if !ack.duplicate => return Ok(ack.sequence),
+            Ok(_) => {}
+            Err(error) => match failure(shared, name, what, size, &error) {
+                // Someone stored on the subject meanwhile: look again.
+                PublishFailure::AlreadyStored(_) => {}
+                PublishFailure::StreamGone => {
+                    shared.forget(name);
+                    return Err(BusError::UnknownTopic(name.to_owned()));
+                }
+                PublishFailure::Other(error) => return Err(error),
+            },
+        }
+    }
+    Err(BusError::Backend(format!(
+        "{what}: the subject of a UID kept changing during {MAX_SETTLE_ATTEMPTS} attempts; retry"
+    )))
 }

@@ -26,21 +26,38 @@ fn header(value: String) -> Result<HeaderValue, BusError> {
         .map_err(|_| BusError::invalid("header", "cannot travel in a NATS header"))
 }
 
+/// What a UID record's publish is conditioned on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The UID's subject must be empty; `Nats-Msg-Id` adds the server's
+    /// window dedup.
+    Empty,
+    /// The UID's subject must end at this sequence (a record found not to be
+    /// authentic). No `Nats-Msg-Id`: a forged one would answer for the UID.
+    After(u64),
+}
+
 /// The headers of a record the bus publishes. UID records are conditioned
-/// on their UID subject being empty, so a UID is stored once for as long as
-/// its record is retained; `Nats-Msg-Id` adds the server's window dedup.
+/// on `guard`, so a UID is stored once for as long as its record is retained.
 pub(crate) fn record_headers(
     auth: Option<&RecordAuth>,
     parts: RecordParts<'_>,
+    guard: Guard,
 ) -> Result<HeaderMap, BusError> {
     let mut headers = HeaderMap::new();
     headers.insert(KEY_HEADER, header(encode_header_text(parts.key))?);
     if let Some(uid) = parts.uid {
         headers.insert(UID_HEADER, header(encode_header_text(uid))?);
-        headers.insert("Nats-Msg-Id", header(uid_hash(uid))?);
+        let last = match guard {
+            Guard::Empty => {
+                headers.insert("Nats-Msg-Id", header(uid_hash(uid))?);
+                0
+            }
+            Guard::After(sequence) => sequence,
+        };
         headers.insert(
             "Nats-Expected-Last-Subject-Sequence",
-            header("0".to_owned())?,
+            header(last.to_string())?,
         );
     }
     if let Some(auth) = auth {
@@ -63,26 +80,23 @@ pub(crate) fn headers_len(headers: &HeaderMap) -> usize {
         + 12
 }
 
-/// Decodes and verifies one message of `topic`/`partition`.
-pub(crate) fn decode(
+/// The key and UID a message carries, and whether its tag verifies under
+/// `auth` (always `Ok` without a key).
+fn parse(
     topic: &str,
     partition: u32,
     auth: Option<&RecordAuth>,
     message: &RawMessage,
-) -> Result<StoredEvent, BusError> {
-    let offset = message.sequence.saturating_sub(1);
+) -> Result<(String, Option<String>), BusError> {
     let integrity = |reason: &str| BusError::Integrity {
         topic: topic.to_owned(),
         partition,
-        offset,
+        offset: message.sequence.saturating_sub(1),
         reason: reason.to_owned(),
     };
+    let headers = message.headers.as_ref();
     let text = |name: &str| -> Result<Option<String>, BusError> {
-        match message
-            .headers
-            .as_ref()
-            .and_then(|headers| headers.get(name))
-        {
+        match headers.and_then(|headers| headers.get(name)) {
             None => Ok(None),
             Some(value) => decode_header_text(value.as_str())
                 .map(Some)
@@ -92,9 +106,7 @@ pub(crate) fn decode(
     let key = text(KEY_HEADER)?.unwrap_or_default();
     let uid = text(UID_HEADER)?;
     if let Some(auth) = auth {
-        let tag = message
-            .headers
-            .as_ref()
+        let tag = headers
             .and_then(|headers| headers.get(TAG_HEADER))
             .ok_or_else(|| integrity("record carries no authentication tag"))?;
         let parts = RecordParts {
@@ -109,15 +121,54 @@ pub(crate) fn decode(
             _ => return Err(integrity("authentication tag does not match")),
         }
     }
-    let value = serde_json::from_slice(&message.payload)
-        .map_err(|_| integrity("value is not valid JSON"))?;
+    Ok((key, uid))
+}
+
+/// Whether `message` is an authentic record of `topic`/`partition` with
+/// this `uid` under `auth`.
+pub(crate) fn is_authentic(
+    topic: &str,
+    partition: u32,
+    auth: &RecordAuth,
+    uid: &str,
+    message: &RawMessage,
+) -> bool {
+    matches!(parse(topic, partition, Some(auth), message), Ok((_, Some(found))) if found == uid)
+}
+
+/// Decodes and verifies one message of `topic`/`partition`.
+pub(crate) fn decode(
+    topic: &str,
+    partition: u32,
+    auth: Option<&RecordAuth>,
+    message: &RawMessage,
+) -> Result<StoredEvent, BusError> {
+    let (key, _uid) = parse(topic, partition, auth, message)?;
+    let value = serde_json::from_slice(&message.payload).map_err(|_| BusError::Integrity {
+        topic: topic.to_owned(),
+        partition,
+        offset: message.sequence.saturating_sub(1),
+        reason: "value is not valid JSON".to_owned(),
+    })?;
     Ok(StoredEvent {
         partition,
-        offset,
+        offset: message.sequence.saturating_sub(1),
         key,
         value,
         stored_at: message.stored_at,
     })
+}
+
+/// A direct get's answer as a [`RawMessage`].
+pub(crate) fn from_stream_message(
+    message: async_nats::jetstream::message::StreamMessage,
+) -> RawMessage {
+    RawMessage {
+        sequence: message.sequence,
+        headers: Some(message.headers),
+        payload: message.payload,
+        stored_at: epoch_ms(message.time),
+    }
 }
 
 /// Epoch milliseconds of a server timestamp.

@@ -2,6 +2,7 @@
 //! it runs on the connector: the client, the topic cache and the key.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -33,6 +34,26 @@ pub(crate) struct TopicState {
 pub(crate) struct PartitionState {
     pub(crate) stream: String,
     pub(crate) cursor: tokio::sync::Mutex<Option<Cursor>>,
+    /// The highest stream sequence known to be stored (0: none known).
+    /// Sequences only grow, so reads below it need not ask the server
+    /// where the stream ends.
+    known_end: AtomicU64,
+}
+
+impl PartitionState {
+    pub(crate) fn known_end(&self) -> u64 {
+        self.known_end.load(Ordering::Acquire)
+    }
+
+    /// Records that `sequence` is stored.
+    pub(crate) fn saw(&self, sequence: u64) {
+        self.known_end.fetch_max(sequence, Ordering::AcqRel);
+    }
+
+    /// Forgets what was known (the stream may have been replaced).
+    pub(crate) fn reset_end(&self) {
+        self.known_end.store(0, Ordering::Release);
+    }
 }
 
 impl Shared {
@@ -71,6 +92,7 @@ impl Shared {
                 .map(|partition| PartitionState {
                     stream: stream_name(&self.prefix, &spec.name, partition),
                     cursor: tokio::sync::Mutex::new(None),
+                    known_end: AtomicU64::new(0),
                 })
                 .collect(),
             spec,

@@ -18,6 +18,11 @@ use crate::errors::{ApiFailure, unavailable};
 use crate::naming::{META_PARTITION, META_SPEC, META_TOPIC, stream_name, stream_subjects};
 use crate::shared::Shared;
 
+/// Room kept beside the value for a record's headers: a key and a UID of
+/// up to 1 KiB each, percent-encoded (3 bytes a byte at worst), plus the
+/// tag, the message id, the condition and the header framing.
+pub(crate) const HEADER_ALLOWANCE: usize = 8 * 1024;
+
 /// JetStream refuses duplicate windows below this.
 const MIN_DUPLICATE_WINDOW: Duration = Duration::from_millis(100);
 
@@ -156,6 +161,9 @@ pub(crate) async fn provision(
     shared: &Shared,
     manifest: &Manifest,
 ) -> Result<Vec<TopicSpec>, BusError> {
+    for (index, spec) in manifest.topics.iter().enumerate() {
+        check_record_limit(index, spec, shared.max_payload)?;
+    }
     let mut missing = Vec::new();
     let mut present = Vec::new();
     for spec in &manifest.topics {
@@ -176,4 +184,44 @@ pub(crate) async fn provision(
     }
     present.extend(missing);
     Ok(present)
+}
+
+/// A topic whose largest record cannot fit in one NATS message is refused
+/// when provisioned, not at its first big publish.
+fn check_record_limit(index: usize, spec: &TopicSpec, max_payload: usize) -> Result<(), BusError> {
+    let needed = usize::try_from(spec.max_record_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(HEADER_ALLOWANCE);
+    if needed <= max_payload {
+        return Ok(());
+    }
+    Err(BusError::invalid(
+        format!("topics[{index}].max_record_bytes"),
+        format!(
+            "topic {:?} allows records of {} bytes, which with {HEADER_ALLOWANCE} bytes of headers \
+             exceed the NATS server's max_payload of {max_payload} bytes; raise max_payload in the \
+             server's config (e.g. `max_payload: 8MB`, at most 64MB) or lower max_record_bytes",
+            spec.name, spec.max_record_bytes
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn record_limits_must_fit_the_server() {
+        let spec = TopicSpec::new("t", 1);
+        check_record_limit(0, &spec, 8 * 1024 * 1024).unwrap();
+        // nats-server's default max_payload is 1 MiB: the default limit plus
+        // headers does not fit.
+        match check_record_limit(3, &spec, 1024 * 1024) {
+            Err(BusError::InvalidArgument { field, .. }) => {
+                assert_eq!(field, "topics[3].max_record_bytes");
+            }
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
 }
