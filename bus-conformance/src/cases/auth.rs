@@ -177,12 +177,29 @@ pub fn c14_forged_uid_does_not_capture_dedup(ctx: &mut Ctx) -> CaseResult {
     };
     ctx.inject_raw(&topic, 0, &raw)?;
     let genuine = json!({"amount": 42});
-    let ack = ok("genuine publish", ctx.bus().publish_idempotent(&topic, "k", &genuine, "pay-42"));
-    assert_ne!(ack.offset, 0, "the forged record at offset 0 must not answer for pay-42");
+    let ack = ok(
+        "genuine publish",
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &genuine, "pay-42"),
+    );
+    assert_ne!(
+        ack.offset, 0,
+        "the forged record at offset 0 must not answer for pay-42"
+    );
     let stored = ok("fetch genuine", ctx.bus().fetch(&topic, 0, ack.offset, 1));
     assert_eq!(stored[0].value, genuine);
-    assert_eq!(ok("find", ctx.bus().find_event_by_uid(&topic, "k", "pay-42")), Some(ack.clone()));
-    let retry = ok("retry", ctx.bus().publish_idempotent(&topic, "k", &genuine, "pay-42"));
-    assert_eq!(retry, ack, "once the genuine record is stored, it deduplicates");
+    assert_eq!(
+        ok("find", ctx.bus().find_event_by_uid(&topic, "k", "pay-42")),
+        Some(ack.clone())
+    );
+    let retry = ok(
+        "retry",
+        ctx.bus()
+            .publish_idempotent(&topic, "k", &genuine, "pay-42"),
+    );
+    assert_eq!(
+        retry, ack,
+        "once the genuine record is stored, it deduplicates"
+    );
     Ok(())
 }

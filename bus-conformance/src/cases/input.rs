@@ -50,6 +50,17 @@ pub fn c12_default_limit_is_one_mib(ctx: &mut Ctx) -> CaseResult {
         ok("fetch", ctx.bus().fetch(&topic, 0, ack.offset, 1))[0].value,
         big
     );
+    // Exactly the limit fits on every backend: a broker's own message limit
+    // must leave room for it and the record's headers.
+    let exact = json!("z".repeat(1024 * 1024 - 2));
+    let ack = ok(
+        "publish exactly 1 MiB",
+        ctx.bus().publish(&topic, "k", &exact),
+    );
+    assert_eq!(
+        ok("fetch", ctx.bus().fetch(&topic, 0, ack.offset, 1))[0].value,
+        exact
+    );
     Ok(())
 }
 
