@@ -38,6 +38,8 @@ pub mod naming;
 mod options;
 mod publish;
 mod record;
+#[doc(hidden)]
+pub mod reference;
 mod shared;
 mod topics;
 mod uid;

@@ -73,6 +73,47 @@ fn kafka_reference(
     Ok(())
 }
 
+/// Raw async-nats doing the same serial, batch and replay work.
+#[cfg(feature = "nats")]
+fn nats_reference(
+    url: &str,
+    tag: &str,
+    settings: super::bench::Settings,
+    rows: &mut [super::bench::Row],
+) -> Result<(), BusError> {
+    use super::bench::event;
+    let servers = bus_nats::NatsOptions::from_url(url)?.servers;
+    let events: Vec<serde_json::Value> = (0..settings.records)
+        .map(|i| event(i, settings.event_bytes))
+        .collect();
+    let serial = bus_nats::reference::RawNats::new(&servers, &format!("bench-{tag}-raw-serial"))?;
+    let start = Instant::now();
+    serial.serial(&events)?;
+    let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    drop(serial);
+    let batch = bus_nats::reference::RawNats::new(&servers, &format!("bench-{tag}-raw-batch"))?;
+    let start = Instant::now();
+    batch.batch(&events)?;
+    let batch_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let start = Instant::now();
+    let seen = batch.replay()?;
+    let replay_rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    against(rows, "serial publish", "raw async-nats", serial_rate);
+    against(
+        rows,
+        "batch publish (1000/call)",
+        "raw async-nats",
+        batch_rate,
+    );
+    against(
+        rows,
+        "sequential replay (1000/fetch)",
+        "raw async-nats",
+        replay_rate,
+    );
+    Ok(())
+}
+
 /// Measures `backend`'s references and attaches them to its rows.
 pub fn attach(
     bus: &dyn bus::EventBus,
@@ -84,6 +125,10 @@ pub fn attach(
     rows: &mut [super::bench::Row],
 ) -> Result<(), BusError> {
     let _ = (bus, url, tag);
+    #[cfg(feature = "nats")]
+    if backend == "nats" {
+        nats_reference(url, tag, settings, rows)?;
+    }
     #[cfg(feature = "kafka")]
     if backend == "kafka" {
         kafka_reference(bus, url, tag, settings, rows)?;

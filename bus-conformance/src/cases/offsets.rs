@@ -325,7 +325,7 @@ pub fn c04_offsets_report_the_retained_range(ctx: &mut Ctx) -> CaseResult {
         ctx.caps().maintenance_retention,
         "retention is not run by maintenance",
     )?;
-    ok("maintenance", ctx.bus().maintenance(now_ms() + 60_000));
+    ok("maintenance", ctx.bus().maintenance(now_ms() + 120_000));
     assert_eq!(
         range(ctx, 1),
         bus_core::PartitionOffsets { first: 5, next: 5 }

@@ -2,7 +2,7 @@
 //! reference it is judged against, measured in the same run on the same disk.
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example bench -- [--records N] [--json] [--dir DIR]
+//! cargo run --release -p bus-embedded --example bench_embedded -- [--records N] [--json] [--dir DIR]
 //! ```
 #![allow(
     clippy::unwrap_used,

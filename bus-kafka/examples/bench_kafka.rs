@@ -1,7 +1,7 @@
 //! bus-kafka against raw rdkafka doing the same work on the same broker.
 //!
 //! ```text
-//! cargo run --release -p bus-kafka --example bench -- \
+//! cargo run --release -p bus-kafka --example bench_kafka -- \
 //!     [--brokers H:P] [--serial N] [--batch N] [--rounds N] [--broker-pid PID]
 //! ```
 //! Each workload runs `--rounds` times, bus and raw interleaved, and the

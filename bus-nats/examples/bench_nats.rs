@@ -1,7 +1,7 @@
 //! bus-nats against the raw async-nats client, same server, same work:
 //!
 //! ```text
-//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-nats --example bench -- \
+//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-nats --example bench_nats -- \
 //!     [--records 1000000] [--serial 5000] [--batch 100000] [--server-pid PID]
 //! ```
 //!
@@ -12,9 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream;
 use bus_core::{BatchRecord, EventBus, EventBusExt, Manifest, TopicSpec};
-use bus_nats::naming::{KEY_HEADER, encode_header_text, stream_name};
+use bus_nats::reference::RawNats;
 use bus_nats::{NatsBus, NatsOptions};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -90,25 +90,6 @@ fn server_rss(pid: Option<u32>, port: &str) -> Option<(u32, u64)> {
     Some((pid, line.split_whitespace().nth(1)?.parse().ok()?))
 }
 
-async fn raw_stream(js: &jetstream::Context, name: &str) -> stream::Stream {
-    let _ = js.delete_stream(name).await;
-    js.create_stream(stream::Config {
-        name: name.to_owned(),
-        subjects: vec![format!("{name}.>")],
-        storage: stream::StorageType::File,
-        allow_direct: true,
-        ..Default::default()
-    })
-    .await
-    .expect("raw stream")
-}
-
-fn headers() -> async_nats::HeaderMap {
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(KEY_HEADER, encode_header_text("k"));
-    headers
-}
-
 fn main() {
     let args = args();
     let url = std::env::var("BUS_NATS_URL").expect("set BUS_NATS_URL");
@@ -157,20 +138,10 @@ fn main() {
         bus.publish("serial", "k", v).expect("publish");
     }
     let bus_serial = rate(args.serial, started.elapsed());
-    let raw_serial = runtime.block_on(async {
-        raw_stream(&js, &format!("{raw_prefix}-serial")).await;
-        let subject = format!("{raw_prefix}-serial.r");
-        let started = Instant::now();
-        for v in &payloads[..args.serial] {
-            let bytes = serde_json::to_vec(v).expect("json");
-            js.publish_with_headers(subject.clone(), headers(), bytes.into())
-                .await
-                .expect("send")
-                .await
-                .expect("ack");
-        }
-        rate(args.serial, started.elapsed())
-    });
+    let raw = RawNats::new(&options.servers, &format!("{raw_prefix}-ref")).expect("raw stream");
+    let started = Instant::now();
+    raw.serial(&payloads[..args.serial]).expect("raw serial");
+    let raw_serial = rate(args.serial, started.elapsed());
     row(
         "serial publish (msg/s)",
         format!("{bus_serial:.0}"),
@@ -189,26 +160,13 @@ fn main() {
         bus.publish_batch("batch", chunk).expect("batch");
     }
     let bus_batch = rate(args.batch, started.elapsed());
-    let raw_batch = runtime.block_on(async {
-        raw_stream(&js, &format!("{raw_prefix}-batch")).await;
-        let subject = format!("{raw_prefix}-batch.r");
-        let started = Instant::now();
-        for chunk in payloads[..args.batch].chunks(1_000) {
-            let mut acks = Vec::with_capacity(chunk.len());
-            for v in chunk {
-                let bytes = serde_json::to_vec(v).expect("json");
-                acks.push(
-                    js.publish_with_headers(subject.clone(), headers(), bytes.into())
-                        .await
-                        .expect("send"),
-                );
-            }
-            for ack in acks {
-                ack.await.expect("ack");
-            }
-        }
-        rate(args.batch, started.elapsed())
-    });
+    let raw_batch_stream =
+        RawNats::new(&options.servers, &format!("{raw_prefix}-batch")).expect("raw stream");
+    let started = Instant::now();
+    raw_batch_stream
+        .batch(&payloads[..args.batch])
+        .expect("raw batch");
+    let raw_batch = rate(args.batch, started.elapsed());
     row(
         "batch publish (msg/s)",
         format!("{bus_batch:.0}"),
@@ -221,24 +179,9 @@ fn main() {
     let started = Instant::now();
     let replayed = bus.fetch_all("batch", 0, 0, 1_000).expect("replay").len();
     let bus_replay = rate(replayed, started.elapsed());
-    let raw_replay = runtime.block_on(async {
-        let stream = js
-            .get_stream(stream_name(&prefix, "batch", 0))
-            .await
-            .expect("stream");
-        let started = Instant::now();
-        let ordered = stream
-            .create_consumer(consumer::pull::OrderedConfig::default())
-            .await
-            .expect("ordered consumer");
-        let mut messages = ordered.messages().await.expect("messages");
-        // The same work as the bus: each value parsed into JSON.
-        for _ in 0..replayed {
-            let message = messages.next().await.expect("message").expect("ok");
-            let _: Value = serde_json::from_slice(&message.payload).expect("json");
-        }
-        rate(replayed, started.elapsed())
-    });
+    let started = Instant::now();
+    let raw_replayed = raw_batch_stream.replay().expect("raw replay");
+    let raw_replay = rate(raw_replayed, started.elapsed());
     row(
         "sequential replay (msg/s)",
         format!("{bus_replay:.0}"),

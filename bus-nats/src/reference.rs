@@ -1,0 +1,139 @@
+//! The raw-client reference benchmarks compare the bus with: plain
+//! async-nats doing the same work (serialize, publish with the key header,
+//! await each PubAck; replay parsing every value) on a stream of its own.
+
+use async_nats::jetstream::{self, consumer, stream};
+use bus_core::BusError;
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::naming::{KEY_HEADER, encode_header_text};
+
+/// Raw async-nats on a file-storage stream named `name` (deleted on drop).
+pub struct RawNats {
+    runtime: tokio::runtime::Runtime,
+    js: jetstream::Context,
+    name: String,
+}
+
+fn failed(what: &str, error: impl std::fmt::Display) -> BusError {
+    BusError::Backend(format!("raw nats {what}: {error}"))
+}
+
+impl RawNats {
+    /// Connects to `servers` and creates the stream `name` afresh.
+    pub fn new(servers: &[String], name: &str) -> Result<Self, BusError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let js = runtime.block_on(async {
+            let client = async_nats::connect(servers.join(","))
+                .await
+                .map_err(|e| failed("connect", e))?;
+            let js = jetstream::new(client);
+            let _ = js.delete_stream(name).await;
+            js.create_stream(stream::Config {
+                name: name.to_owned(),
+                subjects: vec![format!("{name}.>")],
+                storage: stream::StorageType::File,
+                allow_direct: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| failed("create stream", e))?;
+            Ok::<_, BusError>(js)
+        })?;
+        Ok(Self {
+            runtime,
+            js,
+            name: name.to_owned(),
+        })
+    }
+
+    fn headers() -> async_nats::HeaderMap {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(KEY_HEADER, encode_header_text("k"));
+        headers
+    }
+
+    /// Publishes each event and awaits its PubAck before the next.
+    pub fn serial(&self, events: &[Value]) -> Result<(), BusError> {
+        let subject = format!("{}.r", self.name);
+        self.runtime.block_on(async {
+            for event in events {
+                let bytes = serde_json::to_vec(event)?;
+                self.js
+                    .publish_with_headers(subject.clone(), Self::headers(), bytes.into())
+                    .await
+                    .map_err(|e| failed("publish", e))?
+                    .await
+                    .map_err(|e| failed("ack", e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Publishes `events` in pipelined chunks of 1,000: all sent, then acks awaited.
+    pub fn batch(&self, events: &[Value]) -> Result<(), BusError> {
+        let subject = format!("{}.r", self.name);
+        self.runtime.block_on(async {
+            for chunk in events.chunks(1_000) {
+                let mut acks = Vec::with_capacity(chunk.len());
+                for event in chunk {
+                    let bytes = serde_json::to_vec(event)?;
+                    acks.push(
+                        self.js
+                            .publish_with_headers(subject.clone(), Self::headers(), bytes.into())
+                            .await
+                            .map_err(|e| failed("publish", e))?,
+                    );
+                }
+                for ack in acks {
+                    ack.await.map_err(|e| failed("ack", e))?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Reads the whole stream with an ordered consumer, parsing each value.
+    pub fn replay(&self) -> Result<usize, BusError> {
+        self.runtime.block_on(async {
+            let mut stream = self
+                .js
+                .get_stream(&self.name)
+                .await
+                .map_err(|e| failed("get stream", e))?;
+            let stored = stream
+                .info()
+                .await
+                .map_err(|e| failed("stream info", e))?
+                .state
+                .messages;
+            let ordered = stream
+                .create_consumer(consumer::pull::OrderedConfig::default())
+                .await
+                .map_err(|e| failed("ordered consumer", e))?;
+            let mut messages = ordered
+                .messages()
+                .await
+                .map_err(|e| failed("messages", e))?;
+            let mut seen = 0usize;
+            while (seen as u64) < stored {
+                let Some(message) = messages.next().await else {
+                    break;
+                };
+                let message = message.map_err(|e| failed("message", e))?;
+                let _: Value = serde_json::from_slice(&message.payload)?;
+                seen += 1;
+            }
+            Ok(seen)
+        })
+    }
+}
+
+impl Drop for RawNats {
+    fn drop(&mut self) {
+        let _ = self.runtime.block_on(self.js.delete_stream(&self.name));
+    }
+}
