@@ -22,6 +22,7 @@ use bus_core::{BusError, Capabilities, EventBus, Manifest, TopicSpec};
 
 #[macro_use]
 pub mod cases;
+pub mod brokers;
 mod harness;
 pub mod util;
 

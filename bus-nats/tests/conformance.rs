@@ -24,8 +24,7 @@ impl Harness for Nats {
     }
 
     fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable> {
-        let url = std::env::var("BUS_NATS_URL")
-            .map_err(|_| Unavailable("BUS_NATS_URL is not set (scripts/nats.sh start)".into()))?;
+        let url = bus_conformance::brokers::nats_url().map_err(Unavailable)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let options = NatsOptions::from_url(&url)
             .map_err(|error| Unavailable(format!("BUS_NATS_URL: {error}")))?

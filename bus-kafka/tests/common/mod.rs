@@ -11,14 +11,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-/// `BUS_KAFKA_BROKERS`, or why the broker tests cannot run.
+/// `BUS_KAFKA_BROKERS` (or a testcontainers broker), or why the broker tests cannot run.
 pub fn brokers() -> Result<String, String> {
-    std::env::var("BUS_KAFKA_BROKERS")
-        .ok()
-        .filter(|value| !value.trim().is_empty())
-        .ok_or_else(|| {
-            "BUS_KAFKA_BROKERS is not set (start a broker: bash scripts/kafka.sh start; export BUS_KAFKA_BROKERS=127.0.0.1:9092)".to_owned()
-        })
+    bus_conformance::brokers::kafka_brokers().map(|brokers| brokers.trim().to_owned())
 }
 
 /// Skips loudly, or fails under `BUS_REQUIRE_BROKERS=1`.
