@@ -17,8 +17,8 @@ eval "$exports"
 export BUS_REQUIRE_BROKERS=1
 echo "test.sh: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS" >&2
 
+# --all-features also compiles bus-conformance's testcontainers path; the
+# broker URLs exported above take precedence over it.
 cargo test --workspace --all-features "$@"
-# The testcontainers path (for users with Docker) must at least compile.
-cargo check -p bus-conformance --features testcontainers
 # The feature-disabled errors only exist in a build without the backends.
 cargo test -p bus --no-default-features --test open "$@"
