@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
+use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, StoredEvent, TopicSpec, check_partition, encode_value, now_ms, partition_for,
@@ -207,10 +207,8 @@ impl Partition {
             uid: record.uid.as_deref(),
             value: &record.value,
         };
-        record
-            .tag
-            .as_deref()
-            .is_some_and(|tag| tag.len() == TAG_LEN && auth.verify(parts, tag))
+        auth.check(parts, record.tag.as_deref())
+            .is_ok()
             .then_some(offset)
     }
 
@@ -323,13 +321,8 @@ impl EventBus for MemoryBus {
                         uid: record.uid.as_deref(),
                         value: &record.value,
                     };
-                    match &record.tag {
-                        None => return Err(integrity("record carries no authentication tag")),
-                        Some(tag) if tag.len() != TAG_LEN || !auth.verify(parts, tag) => {
-                            return Err(integrity("authentication tag does not match"));
-                        }
-                        Some(_) => {}
-                    }
+                    auth.check(parts, record.tag.as_deref())
+                        .map_err(|fault| integrity(fault.reason()))?;
                 }
                 let value = serde_json::from_slice(&record.value)
                     .map_err(|_| integrity("value is not valid JSON"))?;

@@ -55,7 +55,18 @@ impl RecordAuth {
         self.mac(parts).finalize().into_bytes().into()
     }
 
-    /// Whether `tag` is the tag of `parts` (constant-time comparison).
+    /// Checks a record's tag, if it carries one: the one verdict every
+    /// backend turns into [`crate::BusError::Integrity`].
+    pub fn check(&self, parts: RecordParts<'_>, tag: Option<&[u8]>) -> Result<(), TagFault> {
+        match tag {
+            None => Err(TagFault::Missing),
+            Some(tag) if self.verify(parts, tag) => Ok(()),
+            Some(_) => Err(TagFault::Mismatch),
+        }
+    }
+
+    /// Whether `tag` is the tag of `parts` (constant-time comparison; a tag
+    /// of any other length than [`TAG_LEN`] fails).
     pub fn verify(&self, parts: RecordParts<'_>, tag: &[u8]) -> bool {
         self.mac(parts).verify_slice(tag).is_ok()
     }
@@ -80,6 +91,25 @@ impl RecordAuth {
         }
         field(&mut mac, parts.value);
         mac
+    }
+}
+
+/// Why a record does not authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagFault {
+    /// The record carries no tag.
+    Missing,
+    /// The tag is not the record's (other key, other content, malformed).
+    Mismatch,
+}
+
+impl TagFault {
+    /// The reason text for [`crate::BusError::Integrity`].
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Missing => "record carries no authentication tag",
+            Self::Mismatch => "authentication tag does not match",
+        }
     }
 }
 
@@ -162,6 +192,12 @@ mod tests {
             &tag
         ));
         assert!(!auth.verify(parts(b"{}"), &tag[..31]));
+        assert_eq!(auth.check(parts(b"{}"), Some(&tag)), Ok(()));
+        assert_eq!(auth.check(parts(b"{}"), None), Err(TagFault::Missing));
+        assert_eq!(
+            auth.check(parts(b"{ }"), Some(&tag)),
+            Err(TagFault::Mismatch)
+        );
         let other = RecordAuth::new(&[8; 32]);
         assert!(!other.verify(parts(b"{}"), &tag));
     }

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN};
+use bus_core::auth::{RecordAuth, RecordParts, TagFault};
 use bus_core::{BusError, StoredEvent};
 
 use crate::frame::RecordRef;
@@ -249,13 +249,7 @@ impl Partition {
             uid,
             value: record.value,
         };
-        match record.tag {
-            None => Err("record carries no authentication tag"),
-            Some(tag) if tag.len() != TAG_LEN || !auth.verify(parts, tag) => {
-                Err("authentication tag does not match")
-            }
-            Some(_) => Ok(()),
-        }
+        auth.check(parts, record.tag).map_err(TagFault::reason)
     }
 
     /// Rebuilds the sparse index of the segment at `path` from its frames.

@@ -1,7 +1,7 @@
 //! Turning Kafka records back into bus records (contracts C5, C14): the
 //! key, the value and the append time, checked against the control key.
 
-use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN, from_hex};
+use bus_core::auth::{RecordAuth, RecordParts, TagFault, from_hex};
 use bus_core::{BusError, StoredEvent};
 
 use crate::reader::RawMessage;
@@ -30,8 +30,18 @@ pub(crate) fn tag_verifies(
     message: &RawMessage<'_>,
     auth: &RecordAuth,
 ) -> bool {
+    tag_check(topic, partition, message, auth).is_ok()
+}
+
+/// `message`'s tag checked under `auth`; a malformed hex tag does not match.
+fn tag_check(
+    topic: &str,
+    partition: u32,
+    message: &RawMessage<'_>,
+    auth: &RecordAuth,
+) -> Result<(), TagFault> {
     let Ok(key) = std::str::from_utf8(message.key) else {
-        return false;
+        return Err(TagFault::Mismatch);
     };
     let parts = RecordParts {
         topic,
@@ -40,11 +50,13 @@ pub(crate) fn tag_verifies(
         uid: message.uid,
         value: message.value.unwrap_or_default(),
     };
-    message
-        .tag
-        .and_then(|tag| std::str::from_utf8(tag).ok())
-        .and_then(from_hex)
-        .is_some_and(|tag| tag.len() == TAG_LEN && auth.verify(parts, &tag))
+    let tag = message.tag.map(|tag| {
+        std::str::from_utf8(tag)
+            .ok()
+            .and_then(from_hex)
+            .unwrap_or_default()
+    });
+    auth.check(parts, tag.as_deref())
 }
 
 /// Checks one record against the control key and decodes it.
@@ -63,12 +75,7 @@ pub(crate) fn decode_one(
     let key = std::str::from_utf8(message.key).map_err(|_| integrity("key is not UTF-8"))?;
     let value = message.value.unwrap_or_default();
     if let Some(auth) = auth {
-        if message.tag.is_none() {
-            return Err(integrity("record carries no authentication tag"));
-        }
-        if !tag_verifies(topic, partition, &message, auth) {
-            return Err(integrity("authentication tag does not match"));
-        }
+        tag_check(topic, partition, &message, auth).map_err(|fault| integrity(fault.reason()))?;
     }
     let value = serde_json::from_slice(value).map_err(|_| integrity("value is not valid JSON"))?;
     Ok(StoredEvent {

@@ -4,7 +4,7 @@
 
 use async_nats::HeaderMap;
 use async_nats::header::HeaderValue;
-use bus_core::auth::{RecordAuth, RecordParts, TAG_LEN, from_hex, to_hex};
+use bus_core::auth::{RecordAuth, RecordParts, from_hex, to_hex};
 use bus_core::{BusError, StoredEvent};
 use bytes::Bytes;
 
@@ -106,9 +106,10 @@ fn parse(
     let key = text(KEY_HEADER)?.unwrap_or_default();
     let uid = text(UID_HEADER)?;
     if let Some(auth) = auth {
+        // A malformed hex tag is a tag that does not match.
         let tag = headers
             .and_then(|headers| headers.get(TAG_HEADER))
-            .ok_or_else(|| integrity("record carries no authentication tag"))?;
+            .map(|tag| from_hex(tag.as_str()).unwrap_or_default());
         let parts = RecordParts {
             topic,
             partition,
@@ -116,10 +117,8 @@ fn parse(
             uid: uid.as_deref(),
             value: &message.payload,
         };
-        match from_hex(tag.as_str()) {
-            Some(tag) if tag.len() == TAG_LEN && auth.verify(parts, &tag) => {}
-            _ => return Err(integrity("authentication tag does not match")),
-        }
+        auth.check(parts, tag.as_deref())
+            .map_err(|fault| integrity(fault.reason()))?;
     }
     Ok((key, uid))
 }
