@@ -287,11 +287,10 @@ impl Partition {
             // publishing: the next round waits briefly for that many.
             queue.expected = size + queue.pending.len();
             queue.last_commit = started.elapsed();
-            let done = mine.is_some();
-            if done {
+            if mine.is_some() {
                 self.pass_lead(&mut queue);
-                drop(queue);
             }
+            drop(queue);
             // The next round is under way while this one is answered.
             for (slot, result) in answers {
                 slot.set(Turn::Done(result));
