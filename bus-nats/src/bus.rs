@@ -266,9 +266,10 @@ impl EventBus for NatsBus {
         if max == 0 {
             return Ok(Vec::new());
         }
-        self.run("fetch", move |shared| {
+        let messages = self.run("fetch", move |shared| {
             fetch::fetch(shared, state, partition, offset, max)
-        })
+        })?;
+        fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {

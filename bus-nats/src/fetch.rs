@@ -6,13 +6,19 @@
 //! a per-partition ephemeral pull consumer kept at the next sequence, so
 //! sequential replay reuses it. The consumer acks nothing, lives in memory
 //! and is removed by the server when left idle.
+//!
+//! Once a cursor is read a second time in a row (sequential replay), each
+//! read also asks for the next page, so it arrives while the caller works
+//! on this one; and records are decoded on the caller's thread
+//! ([`decode_all`]), not on the connector, which meanwhile receives.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::consumer::pull::Config as PullConfig;
+use async_nats::jetstream::consumer::pull::{Batch, Config as PullConfig};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
+use bus_core::auth::RecordAuth;
 use bus_core::{BusError, PartitionOffsets, StoredEvent};
 use futures::StreamExt;
 use futures::future::join_all;
@@ -30,14 +36,37 @@ const PREALLOCATE_MAX: usize = 4_096;
 const CURSOR_IDLE: Duration = Duration::from_secs(10);
 /// The server drops a cursor's consumer after this much inactivity.
 const CONSUMER_INACTIVE: Duration = Duration::from_secs(30);
+/// Bytes a read-ahead page may hold: records go up to the topic's size
+/// limit, so a page of them is bounded by bytes as well as by count.
+const AHEAD_BYTES: usize = 8 << 20;
+/// Pages asked for ahead of the reader in sequential replay, in one pull
+/// request (the server spreads messages over concurrent pull requests, so
+/// there is never more than one): the next page arrives while the caller
+/// decodes this one, and the one after is already on its way.
+const AHEAD_PAGES: usize = 2;
+/// A read-ahead page whose next message takes longer than this is taken
+/// for lost (a reconnect forgets pull requests); the cursor is replaced.
+const AHEAD_STALL: Duration = Duration::from_secs(2);
 
 /// A partition's reader for sequential replay.
 pub(crate) struct Cursor {
     consumer: PullConsumer,
     stream: String,
-    /// The stream sequence the consumer delivers next.
+    /// The stream sequence the caller reads next (the consumer may have
+    /// delivered further, into `ahead`).
     next: u64,
     used: Instant,
+    /// Reads in a row that continued where the last one ended.
+    sequential: u32,
+    /// The pull request for the next pages, sent when the last one was
+    /// used up; its messages arrive into its subscription meanwhile.
+    ahead: Option<Ahead>,
+}
+
+/// A read-ahead pull request and how many messages it may still bring.
+struct Ahead {
+    batch: Batch,
+    left: usize,
 }
 
 impl Cursor {
@@ -96,14 +125,15 @@ pub(crate) async fn offsets(
     })
 }
 
-/// Up to `max` records of `partition` from `offset`, ascending, gap-free.
+/// Up to `max` records of `partition` from `offset`, ascending, gap-free,
+/// still encoded (see [`decode_all`]).
 pub(crate) async fn fetch(
     shared: Arc<Shared>,
     topic: Arc<TopicState>,
     partition: u32,
     offset: u64,
     max: usize,
-) -> Result<Vec<StoredEvent>, BusError> {
+) -> Result<Vec<RawMessage>, BusError> {
     let name = topic.spec.name.as_str();
     let state = partition_state(&topic, partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
@@ -141,13 +171,22 @@ pub(crate) async fn fetch(
     if let Some(last) = messages.last() {
         state.saw(last.sequence);
     }
-    let auth = shared.auth();
+    Ok(messages)
+}
+
+/// Decodes and verifies fetched messages (on the caller's thread). The
+/// authentic prefix is returned; a bad record fails the fetch that starts
+/// at it, naming its offset.
+pub(crate) fn decode_all(
+    topic: &str,
+    partition: u32,
+    auth: Option<&RecordAuth>,
+    messages: &[RawMessage],
+) -> Result<Vec<StoredEvent>, BusError> {
     let mut events = Vec::with_capacity(messages.len());
-    for message in &messages {
-        match decode(name, partition, auth.as_ref(), message) {
+    for message in messages {
+        match decode(topic, partition, auth, message) {
             Ok(event) => events.push(event),
-            // The authentic prefix is returned; the bad record fails the
-            // fetch that starts at it, naming its offset.
             Err(error) if events.is_empty() => return Err(error),
             Err(_) => break,
         }
@@ -203,17 +242,22 @@ async fn consume(
             *slot = Some(open(stream, &state.stream, start, what).await?);
         }
         let Some(cursor) = slot.as_mut() else { break };
-        match pull(cursor, count, state).await {
-            Ok(messages) if !messages.is_empty() => {
+        match read(cursor, count, state, !reusable).await {
+            Some(messages) if !messages.is_empty() => {
                 if let Some(last) = messages.last() {
                     cursor.next = last.sequence + 1;
                 }
                 cursor.used = Instant::now();
+                cursor.sequential = if reusable { cursor.sequential + 1 } else { 0 };
+                if cursor.sequential > 0 {
+                    read_ahead(cursor, count).await;
+                }
                 return Ok(messages);
             }
-            // Empty although the stream holds records, or an error: the
-            // consumer is gone (server restart, idle expiry). Try a new one.
-            Ok(_) | Err(_) => {
+            // Empty although the stream holds records, a gap or an error:
+            // the consumer is gone (server restart, idle expiry) or lost
+            // messages. Try a new one.
+            Some(_) | None => {
                 if let Some(old) = slot.take() {
                     discard(shared, old);
                 }
@@ -221,6 +265,108 @@ async fn consume(
         }
     }
     direct(stream, start, count.min(DIRECT_MAX), what).await
+}
+
+/// The cursor's next `count` messages (all known to be stored): first
+/// what the read-ahead request brought, then a pull for the rest. Ends
+/// early, without waiting, when the consumer has nothing more. `None` when
+/// the cursor cannot be trusted any more (an error, a stalled request or a
+/// gap). A `fresh` cursor may start past its start sequence (retention
+/// took the front); a reused one must continue exactly where it stopped.
+async fn read(
+    cursor: &mut Cursor,
+    count: u64,
+    state: &PartitionState,
+    fresh: bool,
+) -> Option<Vec<RawMessage>> {
+    let wanted = usize::try_from(count).unwrap_or(usize::MAX);
+    let mut run = Run {
+        out: Vec::with_capacity(wanted.min(PREALLOCATE_MAX)),
+        expected: cursor.next,
+        exact: !fresh,
+        end: 0,
+    };
+    while run.out.len() < wanted {
+        let Some(ahead) = cursor.ahead.as_mut() else {
+            break;
+        };
+        match tokio::time::timeout(AHEAD_STALL, ahead.batch.next()).await {
+            Ok(Some(Ok(message))) => {
+                run.push(message)?;
+                ahead.left -= 1;
+                if ahead.left == 0 {
+                    cursor.ahead = None;
+                }
+            }
+            // The request is answered (also when the server ended it at its
+            // byte limit: every message it held came first).
+            Ok(None | Some(Err(_))) => cursor.ahead = None,
+            Err(_) => return None,
+        }
+    }
+    if run.out.is_empty() {
+        let mut batch = request(&cursor.consumer, count, usize::MAX).await.ok()?;
+        while run.out.len() < wanted {
+            match batch.next().await {
+                Some(Ok(message)) => run.push(message)?,
+                Some(Err(_)) => return None,
+                None => break,
+            }
+        }
+    }
+    state.saw(run.end);
+    Some(run.out)
+}
+
+/// Messages read in one call, checked to follow each other.
+struct Run {
+    out: Vec<RawMessage>,
+    /// The sequence the next message must have.
+    expected: u64,
+    /// Whether it must have exactly that one (else at least).
+    exact: bool,
+    /// The stream's end as the last message's pending count tells it.
+    end: u64,
+}
+
+impl Run {
+    /// Appends a delivered message; `None` at a gap (the subscription lost
+    /// messages, or a request's were dropped).
+    fn push(&mut self, message: async_nats::jetstream::Message) -> Option<()> {
+        let (sequence, stored_at, pending) = {
+            let info = message.info().ok()?;
+            (info.stream_sequence, epoch_ms(info.published), info.pending)
+        };
+        if sequence < self.expected || (self.exact && sequence != self.expected) {
+            return None;
+        }
+        self.expected = sequence + 1;
+        self.exact = true;
+        self.end = sequence.saturating_add(pending);
+        let message = message.message;
+        self.out.push(RawMessage {
+            sequence,
+            headers: message.headers,
+            payload: message.payload,
+            stored_at,
+        });
+        Some(())
+    }
+}
+
+/// Asks for the next [`AHEAD_PAGES`] pages of `count` once the last
+/// read-ahead request is used up.
+async fn read_ahead(cursor: &mut Cursor, count: u64) {
+    if cursor.ahead.is_none() {
+        let pages = count.saturating_mul(AHEAD_PAGES as u64);
+        cursor.ahead = request(&cursor.consumer, pages, AHEAD_BYTES)
+            .await
+            .ok()
+            .map(|batch| Ahead {
+                batch,
+                left: usize::try_from(pages).unwrap_or(usize::MAX),
+            });
+    }
 }
 
 async fn open(stream: &Stream<()>, name: &str, start: u64, what: &str) -> Result<Cursor, BusError> {
@@ -243,46 +389,25 @@ async fn open(stream: &Stream<()>, name: &str, start: u64, what: &str) -> Result
         stream: name.to_owned(),
         next: start,
         used: Instant::now(),
+        sequential: 0,
+        ahead: None,
     })
 }
 
-/// The next `count` messages (all known to be stored), ending early (no
-/// wait) when the consumer has nothing more. The last message's pending
-/// count tells where the stream ends.
-async fn pull(
-    cursor: &Cursor,
+/// Sends a pull request for up to `count` messages and `max_bytes`,
+/// answered at once with what is stored (no wait at the end).
+async fn request(
+    consumer: &PullConsumer,
     count: u64,
-    state: &PartitionState,
-) -> Result<Vec<RawMessage>, async_nats::Error> {
-    let wanted = usize::try_from(count).unwrap_or(usize::MAX);
-    let mut batch = cursor
-        .consumer
+    max_bytes: usize,
+) -> Result<Batch, async_nats::Error> {
+    let mut fetch = consumer
         .fetch()
-        .max_messages(wanted)
-        .messages()
-        .await?;
-    let mut out = Vec::with_capacity(wanted.min(PREALLOCATE_MAX));
-    let mut end = 0;
-    while let Some(message) = batch.next().await {
-        let message = message?;
-        let (sequence, stored_at, pending) = {
-            let info = message.info()?;
-            (info.stream_sequence, epoch_ms(info.published), info.pending)
-        };
-        end = sequence.saturating_add(pending);
-        let message = message.message;
-        out.push(RawMessage {
-            sequence,
-            headers: message.headers,
-            payload: message.payload,
-            stored_at,
-        });
-        if out.len() >= wanted {
-            break;
-        }
+        .max_messages(usize::try_from(count).unwrap_or(usize::MAX));
+    if max_bytes < usize::MAX {
+        fetch = fetch.max_bytes(max_bytes);
     }
-    state.saw(end);
-    Ok(out)
+    Ok(fetch.messages().await?)
 }
 
 /// Deletes a replaced cursor's consumer in the background (best effort:
