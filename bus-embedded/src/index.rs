@@ -6,8 +6,9 @@
 //! file that is missing, short or wrong is rebuilt from the segment.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::path::Path;
+
+use crate::uidmap::UidMap;
 
 /// The sparse index of one segment, plus what retention and fetch need.
 #[derive(Debug, Clone, Default)]
@@ -34,17 +35,12 @@ impl SegmentIndex {
     }
 }
 
-/// UID → offset.
-pub(crate) type UidMap = HashMap<String, u64, fnv::FnvBuildHasher>;
-
 /// UID → offsets of the retained records carrying it, in log order. Dedup
-/// stores a UID once, so almost every UID has one record; the others
-/// (written around the bus, or stored again because the first copy does
-/// not authenticate) keep their later offsets in `more`, so a reopen can
-/// still find the authentic copy whichever came first.
-///
-/// FNV rather than SipHash: lookups are on the publish path, and UIDs
-/// come from the bus's own (trusted) callers.
+/// stores a UID once, so almost every UID has one record, in `first` (a
+/// table built for lookups in memory-latency terms, see [`UidMap`]); the
+/// others (written around the bus, or stored again because the first copy
+/// does not authenticate) keep their later offsets in `more`, so a reopen
+/// can still find the authentic copy whichever came first.
 #[derive(Debug, Default)]
 pub(crate) struct UidIndex {
     first: UidMap,
@@ -59,23 +55,20 @@ impl UidIndex {
     /// Records that `uid` is (also) stored at `offset`, which follows
     /// every offset already recorded for it.
     pub fn push(&mut self, uid: String, offset: u64) {
-        match self.first.entry(uid) {
-            Entry::Vacant(entry) => {
-                entry.insert(offset);
-            }
-            Entry::Occupied(entry) if *entry.get() != offset => {
-                let rest = self.more.entry(entry.key().clone()).or_default();
+        match self.first.insert_first(uid.as_bytes(), offset) {
+            Some(first) if first != offset => {
+                let rest = self.more.entry(uid).or_default();
                 if !rest.contains(&offset) {
                     rest.push(offset);
                 }
             }
-            Entry::Occupied(_) => {}
+            Some(_) | None => {}
         }
     }
 
     /// The oldest retained offset of `uid`.
     pub fn first(&self, uid: &str) -> Option<u64> {
-        self.first.get(uid).copied()
+        self.first.get(uid.as_bytes())
     }
 
     /// Every retained offset of `uid`, oldest first.
@@ -96,6 +89,10 @@ impl UidIndex {
             if *offset >= start {
                 return true;
             }
+            // Stored UIDs come from strings, so they are UTF-8.
+            let Some(uid) = std::str::from_utf8(uid).ok() else {
+                return false;
+            };
             let Some(rest) = more.get_mut(uid) else {
                 return false;
             };

@@ -44,6 +44,7 @@ mod recovery;
 mod retention;
 mod segment;
 mod topic;
+mod uidmap;
 
 #[doc(hidden)]
 pub mod testing;
