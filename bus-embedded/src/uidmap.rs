@@ -224,10 +224,10 @@ mod tests {
         }
         // Retain with offset changes, then the same again.
         let keep = |uid: &[u8], offset: &mut u64| {
-            if *offset % 3 == 0 {
+            if offset.is_multiple_of(3) {
                 return false;
             }
-            if uid.len() % 2 == 0 {
+            if uid.len().is_multiple_of(2) {
                 *offset += 1_000_000;
             }
             true
