@@ -28,6 +28,11 @@ pub trait FileLayer: Send + Sync + std::fmt::Debug {
     fn write_all_at(&self, file: &File, buf: &[u8], pos: u64) -> std::io::Result<()>;
     /// `fdatasync`.
     fn sync_data(&self, file: &File) -> std::io::Result<()>;
+    /// `ftruncate`: the zeros written ahead of the last frame go when a
+    /// segment is sealed or closed.
+    fn set_len(&self, file: &File, len: u64) -> std::io::Result<()> {
+        file.set_len(len)
+    }
     /// The fsync of the active segment when a partition is opened, so
     /// bytes a killed writer left unsynced are durable before they are
     /// read. Separate from [`FileLayer::sync_data`] so counting the

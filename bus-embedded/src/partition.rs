@@ -23,6 +23,21 @@ use crate::options::{Durability, Options};
 /// request), so an oversized request never shares a frame with others.
 const ROUND_BYTES: usize = 8 << 20;
 
+/// Under [`Durability::Sync`], a frame smaller than this is written into
+/// zeros written (and fsynced) ahead of it, so its `fdatasync` flushes data
+/// only: an append that grows the file also commits its new size to the
+/// journal. Measured on this project's VM (ext4 on virtio): 200-byte
+/// appends 167-198 µs per write+fdatasync, the same into zeros 96-136 µs;
+/// 3.2 KB 230-277 µs against 121-165 µs; fallocate'd or sparse space does
+/// not help as much (124-226 µs). Larger frames (batches) append: their
+/// fsync is dominated by their own bytes, and zeros would double them.
+const ZERO_AHEAD_FRAMES_UNDER: u64 = 64 << 10;
+/// Zeros written ahead at least and at most: about the bytes the segment
+/// already holds, so an idle partition costs little disk and a busy one
+/// extends its file once per 4 MiB.
+const ZERO_AHEAD_MIN: u64 = 16 << 10;
+const ZERO_AHEAD_MAX: u64 = 4 << 20;
+
 /// A segment as readers see it.
 #[derive(Debug)]
 pub(crate) struct SegmentMeta {
@@ -59,6 +74,9 @@ pub(crate) struct WriterState {
     pub poisoned: Option<String>,
     /// Bytes written but not yet fsynced ([`Durability::Interval`]).
     pub dirty: bool,
+    /// Length of the active segment's file: the frames, then zeros
+    /// written ahead of `pos` (see [`ZERO_AHEAD_FRAMES_UNDER`]).
+    pub allocated: u64,
 }
 
 #[derive(Debug, Default)]
@@ -430,6 +448,8 @@ impl Partition {
         files
             .write_all_at(&writer.file, &bytes, writer.pos)
             .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+        self.zero_ahead(writer, writer.pos + len, len)
+            .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
         match self.options.durability {
             Durability::Sync => files
                 .sync_data(&writer.file)
@@ -463,12 +483,63 @@ impl Partition {
         Ok(())
     }
 
+    /// Extends the active segment with zeros past `end` (where a frame of
+    /// `len` bytes just ended), when it has none left and the frame is small
+    /// and durability is `Sync` (under `Interval`, frames written into
+    /// zeros could reach the disk out of order, and recovery could no
+    /// longer tell an unsynced tail from damage). Written in the same round
+    /// as the frame, so one fsync covers both.
+    fn zero_ahead(&self, writer: &mut WriterState, end: u64, len: u64) -> std::io::Result<()> {
+        if end <= writer.allocated {
+            return Ok(());
+        }
+        let ahead = match self.options.durability {
+            Durability::Sync if len < ZERO_AHEAD_FRAMES_UNDER => {
+                end.clamp(ZERO_AHEAD_MIN, ZERO_AHEAD_MAX)
+            }
+            _ => 0,
+        };
+        // Never past the size at which the segment rolls.
+        let target = end
+            .saturating_add(ahead)
+            .min(end.max(self.options.segment_bytes));
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        let mut at = end;
+        while at < target {
+            let n = usize::try_from(target - at).map_or(ZEROS.len(), |n| n.min(ZEROS.len()));
+            self.options
+                .files
+                .write_all_at(&writer.file, &ZEROS[..n], at)?;
+            at += n as u64;
+        }
+        writer.allocated = target;
+        Ok(())
+    }
+
     /// The retained range: the oldest segment's base to the next offset.
     pub(crate) fn offsets(&self) -> PartitionOffsets {
         let read = self.reader();
         let first = read.segments.first().map_or(0, |s| s.base);
         let next = read.segments.last().map_or(first, |s| s.index.end);
         PartitionOffsets { first, next }
+    }
+}
+
+impl Drop for Partition {
+    /// A clean close leaves no zeros past the last frame (so a closed
+    /// segment ends with its last frame, as after a roll).
+    fn drop(&mut self) {
+        let writer = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if writer.poisoned.is_some() || writer.allocated <= writer.pos {
+            return;
+        }
+        let files = &self.options.files;
+        if files.set_len(&writer.file, writer.pos).is_ok() {
+            let _ = files.sync_data(&writer.file);
+        }
     }
 }
 

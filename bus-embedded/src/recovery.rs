@@ -105,6 +105,7 @@ pub(crate) fn open_partition(
         active_uids: scan.uids.clone(),
         poisoned: None,
         dirty: false,
+        allocated: scan.valid_len,
     };
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);

@@ -42,7 +42,17 @@ impl Partition {
     /// Seals the active segment and starts an empty one at the next offset.
     /// Errors are I/O failures the caller poisons the partition with.
     pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), String> {
-        if writer.dirty {
+        // A sealed segment ends with its last frame: the zeros written
+        // ahead go before its indexes are written.
+        let trimmed = writer.allocated > writer.pos;
+        if trimmed {
+            self.options
+                .files
+                .set_len(&writer.file, writer.pos)
+                .map_err(|e| format!("truncate: {e}"))?;
+            writer.allocated = writer.pos;
+        }
+        if writer.dirty || trimmed {
             self.options
                 .files
                 .sync_data(&writer.file)
@@ -86,6 +96,7 @@ impl Partition {
         writer.file = file;
         writer.base = next;
         writer.pos = 0;
+        writer.allocated = 0;
         writer.last_indexed = None;
         writer.active_uids.clear();
         Ok(())

@@ -130,8 +130,12 @@ pub(crate) struct Scan {
     pub uids: Vec<(String, u64)>,
     /// Where verification stopped early, and why.
     pub fault: Option<(u64, String)>,
-    /// Whether the stop looks like an unacknowledged torn tail: the bad
-    /// frame runs to or past the end of the file, or only zeros follow.
+    /// Whether the stop looks like an unacknowledged torn tail: no frame
+    /// verifies after the bad one, and the bad frame runs to or past the
+    /// end of the file, or only zeros follow it, or the file ends in zeros
+    /// (the writer had zero-filled ahead and was stopped before it closed:
+    /// its last, unsynced frame may have reached the disk in any order of
+    /// its pages, so its header is no guide to where it ends).
     pub torn: bool,
 }
 
@@ -183,12 +187,25 @@ pub(crate) fn scan(file: &File, base: u64, index_interval: u64) -> std::io::Resu
         };
         // A frame that verifies further on proves the bad one was written
         // (and acked) before it: damage, not a torn tail.
-        out.torn = (fault == Fault::Short || frame_reaches_end(file, pos, file_len)?)
+        out.torn = (fault == Fault::Short
+            || frame_reaches_end(file, pos, file_len)?
+            || ends_with_zero(file, file_len)?)
             && next_verified_frame(file, pos + 1, file_len, out.end)?.is_none();
         out.fault = Some((pos, fault.to_string()));
         break;
     }
     Ok(out)
+}
+
+/// Whether the file's last byte is zero. A frame never ends in one (its
+/// last bytes are a JSON value), so only zeros written ahead do.
+fn ends_with_zero(file: &File, file_len: u64) -> std::io::Result<bool> {
+    if file_len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, file_len - 1)?;
+    Ok(last[0] == 0)
 }
 
 /// Whether the frame at `pos` ends exactly at or past `file_len`, or

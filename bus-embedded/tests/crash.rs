@@ -132,6 +132,7 @@ fn kill_nine_loses_no_acked_record() {
     provision(&open(dir.path()), PARTITIONS);
     let mut rng = support::Rng::new();
     let mut acked: BTreeMap<String, Acked> = BTreeMap::new();
+    let mut zero_tails = 0;
     for round in 0..ROUNDS {
         let target = 1 + rng.below(80) as usize;
         let mut child = spawn_child(dir.path(), "publish", round);
@@ -154,8 +155,26 @@ fn kill_nine_loses_no_acked_record() {
             let (uid, ack) = parse_ack(&line).unwrap_or_else(|| panic!("bad line {line:?}"));
             acked.insert(uid, ack);
         }
+        // A killed writer leaves the zeros it wrote ahead of its last frame;
+        // recovery must take them for what they are, and a clean close
+        // (verify's) leaves none.
+        zero_tails += ends_with_zero(dir.path());
         verify(dir.path(), &acked, round);
+        assert_eq!(
+            ends_with_zero(dir.path()),
+            0,
+            "round {round}: zeros after close"
+        );
     }
+    assert!(zero_tails > 0, "no kill ever left zeros written ahead");
+}
+
+/// How many segment files of the topic end in a zero byte.
+fn ends_with_zero(dir: &Path) -> usize {
+    (0..PARTITIONS)
+        .flat_map(|partition| support::segments(dir, partition))
+        .filter(|log| std::fs::read(log).unwrap().last() == Some(&0))
+        .count()
 }
 
 fn verify(dir: &Path, acked: &BTreeMap<String, Acked>, round: usize) {

@@ -37,14 +37,17 @@ fn assert_records(events: &[StoredEvent], n: usize) {
 #[test]
 fn torn_tail_at_every_byte_of_the_last_frame() {
     let dir = tempfile::tempdir().unwrap();
-    let before;
     {
         let bus = open(dir.path());
         provision(&bus, 1);
         publish(&bus, 0, 10);
-        before = std::fs::metadata(&segments(dir.path(), 0)[0])
-            .unwrap()
-            .len();
+    }
+    // A closed segment ends with its last frame (no zeros written ahead).
+    let before = std::fs::metadata(&segments(dir.path(), 0)[0])
+        .unwrap()
+        .len();
+    {
+        let bus = open(dir.path());
         let batch: Vec<BatchRecord> = (10..13)
             .map(|i| BatchRecord::new("k", value_for(&uid(i), i)).with_uid(uid(i)))
             .collect();
@@ -69,6 +72,89 @@ fn torn_tail_at_every_byte_of_the_last_frame() {
     std::fs::write(&log, &full).unwrap();
     let bus = open(dir.path());
     assert_records(&read_all(&bus, 0).unwrap(), 13);
+}
+
+/// Under `Durability::Sync` small frames are written into zeros written
+/// ahead, so after a crash the unsynced last frame may be on disk in any
+/// order of its pages, with zeros after it: any such state is an
+/// unacknowledged tail, while damage to an earlier frame is still refused.
+#[test]
+fn torn_writes_into_zeros_written_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bus = open(dir.path());
+        provision(&bus, 1);
+        publish(&bus, 0, 11);
+    }
+    let log = segments(dir.path(), 0)[0].clone();
+    let full = std::fs::read(&log).unwrap();
+    let last = *frame_starts(&full).last().unwrap();
+    let zeros = vec![0u8; 64 << 10];
+    let with_tail = |bytes: &[u8]| [bytes, &zeros].concat();
+    let check = |bytes: Vec<u8>, what: &str| {
+        std::fs::write(&log, bytes).unwrap();
+        let bus = open(dir.path());
+        let events = read_all(&bus, 0).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_records(&events, 10);
+        assert_eq!(bus.find_event_by_uid(TOPIC, "k", &uid(10)).unwrap(), None);
+        let ack = bus.publish(TOPIC, "k", &value_for("after", 0)).unwrap();
+        assert_eq!(ack.offset, 10, "{what}");
+        drop(bus);
+        // The next open finds what that publish wrote, and no zeros.
+        assert_ne!(std::fs::read(&log).unwrap().last(), Some(&0), "{what}");
+    };
+    for cut in last..full.len() {
+        // The frame's first bytes reached the disk, the rest did not.
+        let mut bytes = full[..cut].to_vec();
+        bytes.resize(full.len(), 0);
+        check(with_tail(&bytes), &format!("written up to byte {cut}"));
+        // Its later bytes reached the disk, the first ones did not.
+        let mut bytes = full.clone();
+        bytes[last..=cut].fill(0);
+        check(with_tail(&bytes), &format!("zeros up to byte {cut}"));
+    }
+    // A damaged earlier frame is refused even with zeros after the last.
+    let mut bytes = full.clone();
+    let second = frame_starts(&full)[1];
+    bytes[second + 12] ^= 0x40;
+    std::fs::write(&log, with_tail(&bytes)).unwrap();
+    match EmbeddedBus::open(dir.path()) {
+        Err(BusError::Corrupt { offset, .. }) => assert_eq!(offset, 1),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+/// Sealed and cleanly closed segments end with their last frame; zeros are
+/// written ahead only under `Durability::Sync`, and only while open.
+#[test]
+fn zeros_ahead_only_while_open_and_only_under_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = EmbeddedBus::open_with(dir.path(), sealed_options()).unwrap();
+    provision(&bus, 1);
+    publish(&bus, 0, 40);
+    let logs = segments(dir.path(), 0);
+    assert!(logs.len() >= 4, "{logs:?}");
+    let ends_in_zero = |log: &PathBuf| std::fs::read(log).unwrap().last() == Some(&0);
+    for log in &logs[..logs.len() - 1] {
+        assert!(!ends_in_zero(log), "sealed {log:?} ends in zeros");
+    }
+    assert!(
+        ends_in_zero(logs.last().unwrap()),
+        "no zeros ahead while open"
+    );
+    drop(bus);
+    for log in &segments(dir.path(), 0) {
+        assert!(!ends_in_zero(log), "closed {log:?} ends in zeros");
+    }
+    assert_records(&read_all(&open(dir.path()), 0).unwrap(), 40);
+
+    let dir = tempfile::tempdir().unwrap();
+    let interval = Options::default().durability(bus_embedded::Durability::Interval(5));
+    let bus = EmbeddedBus::open_with(dir.path(), interval).unwrap();
+    provision(&bus, 1);
+    publish(&bus, 0, 10);
+    let log = segments(dir.path(), 0)[0].clone();
+    assert!(!ends_in_zero(&log), "zeros ahead under Interval");
 }
 
 fn sealed_options() -> Options {
