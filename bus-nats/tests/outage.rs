@@ -3,69 +3,20 @@
 //! within timeout + 1 s, the same bus recovers without being rebuilt, and
 //! no acknowledged record is lost.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bus_conformance::util::{fetch_all, poll_until};
 use bus_conformance::{brokers_required, loud};
 use bus_core::{EventBus, Manifest, PublishAck, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
+use common::{Server, free_port, server_binary, start};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const BOUND: Duration = Duration::from_secs(3);
-
-/// `BUS_NATS_SERVER_BIN`, else `nats-server` on PATH, else the scripts' cache.
-fn server_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("BUS_NATS_SERVER_BIN") {
-        return Some(PathBuf::from(path));
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("nats-server"))
-            .find(|candidate| candidate.is_file())
-    });
-    if on_path.is_some() {
-        return on_path;
-    }
-    let home = std::env::var_os("BUS_BROKER_HOME")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/bus-brokers"))
-        })?;
-    let mut cached: Vec<PathBuf> = std::fs::read_dir(home)
-        .ok()?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path().join("nats-server"))
-        .filter(|candidate| candidate.is_file())
-        .collect();
-    cached.sort();
-    cached.pop()
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
-}
-
-fn start(binary: &Path, port: u16, store: &Path) -> Child {
-    // As scripts/nats.sh: the default 1MB max_payload cannot carry a 1 MiB
-    // record plus headers, and bus-nats refuses to provision such topics.
-    let config = store.join("bus-nats.conf");
-    std::fs::write(&config, "max_payload: 8MB\n").expect("write the server config");
-    Command::new(binary)
-        .arg("-c")
-        .arg(&config)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(store)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nats-server")
-}
 
 fn connect(url: &str) -> NatsBus {
     let options = NatsOptions::from_url(url)
@@ -80,16 +31,6 @@ fn connect(url: &str) -> NatsBus {
     )
 }
 
-/// Kills the child on every exit path, so a failing test leaves no server.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn outage_fails_fast_and_recovers_without_rebuild() {
     let Some(binary) = server_binary() else {
@@ -101,7 +42,7 @@ fn outage_fails_fast_and_recovers_without_rebuild() {
     let store = tempfile::tempdir().expect("store dir");
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");
-    let mut server = Server(start(&binary, port, store.path()));
+    let mut server = Server(start(&binary, port, store.path(), ""));
     let bus = connect(&url);
     bus.provision(&Manifest::new([TopicSpec::new("t", 1)]))
         .expect("provision");
@@ -150,7 +91,7 @@ fn outage_fails_fast_and_recovers_without_rebuild() {
     );
 
     // Back on the same port and store: the same bus works again.
-    server = Server(start(&binary, port, store.path()));
+    server = Server(start(&binary, port, store.path(), ""));
     let recovered = poll_until("the bus to publish again", Duration::from_secs(60), || {
         let result = publish(&bus, i);
         i += 1;

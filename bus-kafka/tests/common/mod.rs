@@ -1,6 +1,8 @@
 //! Shared by the broker tests: where the broker is, raw clients around the bus.
 #![allow(dead_code)]
 
+pub mod own;
+
 use std::time::Duration;
 
 use bus_core::BusError;

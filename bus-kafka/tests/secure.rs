@@ -1,0 +1,147 @@
+//! TLS and SASL against a real broker of the test's own (a SASL_SSL
+//! listener with a certificate from a CA the test made): PLAIN and
+//! SCRAM-SHA-256 users publish and read, by builder and by URL; a wrong
+//! password, a client without SASL and a client that does not trust the CA
+//! fail within the timeout, and no error or `Debug` text shows a password.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bus_conformance::util::poll_until;
+use bus_core::{EventBus, Manifest, TopicSpec};
+use bus_kafka::{KafkaBus, KafkaOptions, SaslMechanism};
+use common::own::{Broker, Listener, kafka_libs};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(4);
+const PLAIN: (&str, &str) = ("alice", "alice-Pw-7f3a");
+const SCRAM: (&str, &str) = ("bob", "bob-Pw-91c2");
+
+/// Runs `attempt` and checks it fails within the timeout plus a second
+/// (plus librdkafka's handshake slack) without showing `secret`.
+fn refused<T: std::fmt::Debug>(
+    what: &str,
+    secret: &str,
+    attempt: impl FnOnce() -> Result<T, bus_core::BusError>,
+) {
+    let started = Instant::now();
+    let error = match attempt() {
+        Ok(value) => panic!("{what}: expected an error, got {value:?}"),
+        Err(error) => error,
+    };
+    let took = started.elapsed();
+    assert!(
+        took <= TIMEOUT * 2 + Duration::from_secs(1),
+        "{what}: failed after {took:?}"
+    );
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(
+            !text.contains(secret),
+            "{what}: error shows the password: {text}"
+        );
+    }
+}
+
+#[test]
+fn sasl_over_tls_works_and_refuses_without_leaking_secrets() {
+    let test = "sasl_over_tls_works_and_refuses_without_leaking_secrets";
+    let Some(libs) = kafka_libs() else {
+        return common::skip(
+            test,
+            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
+        );
+    };
+    let mut broker = Broker::new(
+        libs,
+        &Listener::SaslSsl {
+            plain: (PLAIN.0.to_owned(), PLAIN.1.to_owned()),
+            scram: (SCRAM.0.to_owned(), SCRAM.1.to_owned()),
+        },
+    );
+    broker.start();
+    let ca = broker.ca().display().to_string();
+    let plain = KafkaOptions::new([broker.address()])
+        .timeout(TIMEOUT)
+        .ca_location(ca.clone())
+        .sasl(SaslMechanism::Plain, PLAIN.0, PLAIN.1);
+    assert!(
+        !format!("{plain:?}").contains(PLAIN.1),
+        "Debug shows the password"
+    );
+    let alice = poll_until("the TLS broker to serve", Duration::from_secs(120), || {
+        KafkaBus::connect_with(plain.clone()).ok()
+    });
+
+    // PLAIN over TLS: the whole round trip.
+    let topic = "secure";
+    alice
+        .provision(&Manifest::new([TopicSpec::new(topic, 2)]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    let ack = alice
+        .publish_idempotent(topic, "agent-1", &json!({"n": 1}), "evt-1")
+        .unwrap_or_else(|e| panic!("publish: {e}"));
+    let got = alice
+        .fetch(topic, ack.partition, ack.offset, 10)
+        .unwrap_or_else(|e| panic!("fetch: {e}"));
+    assert_eq!(got.first().map(|e| &e.value), Some(&json!({"n": 1})));
+    assert_eq!(
+        alice
+            .find_event_by_uid(topic, "agent-1", "evt-1")
+            .ok()
+            .flatten(),
+        Some(ack.clone())
+    );
+
+    // SCRAM-SHA-256 by URL, credentials in the authority: the same topic.
+    let url = format!(
+        "kafkas://{}:{}@{}?ca={ca}&sasl_mechanism=SCRAM-SHA-256&timeout_ms={}",
+        SCRAM.0,
+        SCRAM.1,
+        broker.address(),
+        TIMEOUT.as_millis()
+    );
+    let scram = KafkaOptions::from_url(&url).unwrap_or_else(|e| panic!("url: {e}"));
+    assert!(
+        !format!("{scram:?}").contains(SCRAM.1),
+        "Debug shows the password"
+    );
+    let bob = KafkaBus::connect_with(scram).unwrap_or_else(|e| panic!("scram connect: {e}"));
+    assert_eq!(bob.partitions(topic).ok(), Some(2));
+    let got = bob
+        .fetch(topic, ack.partition, ack.offset, 10)
+        .unwrap_or_else(|e| panic!("scram fetch: {e}"));
+    assert_eq!(got.first().map(|e| &e.value), Some(&json!({"n": 1})));
+    bob.publish(topic, "agent-2", &json!({"n": 2}))
+        .unwrap_or_else(|e| panic!("scram publish: {e}"));
+
+    // A wrong password, no SASL at all, and a CA the client does not trust.
+    let wrong = "wrong-Pw-5d1e";
+    refused("wrong password", wrong, || {
+        let bus = KafkaBus::connect_with(
+            KafkaOptions::new([broker.address()])
+                .timeout(TIMEOUT)
+                .ca_location(ca.clone())
+                .sasl(SaslMechanism::Plain, PLAIN.0, wrong),
+        )?;
+        bus.partitions(topic)
+    });
+    refused("TLS without SASL", PLAIN.1, || {
+        let bus = KafkaBus::connect_with(
+            KafkaOptions::new([broker.address()])
+                .timeout(TIMEOUT)
+                .ca_location(ca.clone()),
+        )?;
+        bus.partitions(topic)
+    });
+    refused("an untrusted certificate", PLAIN.1, || {
+        let bus = KafkaBus::connect_with(
+            KafkaOptions::new([broker.address()])
+                .timeout(TIMEOUT)
+                .tls(true)
+                .sasl(SaslMechanism::Plain, PLAIN.0, PLAIN.1),
+        )?;
+        bus.partitions(topic)
+    });
+    broker.kill();
+}

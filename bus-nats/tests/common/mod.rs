@@ -1,0 +1,68 @@
+//! A nats-server of the test's own, for the tests that stop it or give it
+//! a configuration of their own.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// `BUS_NATS_SERVER_BIN`, else `nats-server` on PATH, else the scripts' cache.
+pub fn server_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BUS_NATS_SERVER_BIN") {
+        return Some(PathBuf::from(path));
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("nats-server"))
+            .find(|candidate| candidate.is_file())
+    });
+    if on_path.is_some() {
+        return on_path;
+    }
+    let home = std::env::var_os("BUS_BROKER_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/bus-brokers"))
+        })?;
+    let mut cached: Vec<PathBuf> = std::fs::read_dir(home)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("nats-server"))
+        .filter(|candidate| candidate.is_file())
+        .collect();
+    cached.sort();
+    cached.pop()
+}
+
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Starts nats-server with JetStream on 127.0.0.1:`port`, storing in
+/// `store`, with `extra` appended to its configuration file.
+pub fn start(binary: &Path, port: u16, store: &Path, extra: &str) -> Child {
+    // As scripts/nats.sh: the default 1MB max_payload cannot carry a 1 MiB
+    // record plus headers, and bus-nats refuses to provision such topics.
+    let config = store.join("bus-nats.conf");
+    std::fs::write(&config, format!("max_payload: 8MB\n{extra}")).expect("write the server config");
+    Command::new(binary)
+        .arg("-c")
+        .arg(&config)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nats-server")
+}
+
+/// Kills the child on every exit path, so a failing test leaves no server.
+pub struct Server(pub Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
