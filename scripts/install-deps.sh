@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing the workspace needs on a fresh Debian
-# machine: the C toolchain pieces rdkafka's bundled librdkafka builds with.
+# machine: the C toolchain pieces rdkafka's bundled librdkafka builds with,
+# and the openssl command the TLS tests make certificates with.
 # Brokers are installed by scripts/nats.sh and scripts/kafka.sh.
 set -euo pipefail
 
@@ -8,6 +9,8 @@ need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v cc >/dev/null || need+=(gcc g++ make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# The TLS tests make their certificates with the openssl command.
+command -v openssl >/dev/null || need+=(openssl)
 # librdkafka's rdkafka_conf.c includes curl/curl.h even with curl disabled;
 # TLS and SASL use OpenSSL.
 for header in /usr/include/x86_64-linux-gnu/curl/curl.h:libcurl4-openssl-dev \
