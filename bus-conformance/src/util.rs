@@ -111,3 +111,32 @@ macro_rules! assert_err {
 pub fn ok<T>(what: &str, result: Result<T, BusError>) -> T {
     result.unwrap_or_else(|error| panic!("{what}: {error} ({error:?})"))
 }
+
+/// Runs `attempt`, which must fail within `limit`, and checks that neither
+/// the error's message nor its `Debug` form shows any of `secrets`
+/// (contract C10 and C13 for a refused connection).
+///
+/// # Panics
+/// When `attempt` succeeds, fails too late, or shows a secret.
+pub fn assert_refused_quietly<T: std::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    secrets: &[&str],
+    attempt: impl FnOnce() -> Result<T, BusError>,
+) {
+    let started = Instant::now();
+    let error = match attempt() {
+        Ok(value) => panic!("{what}: expected an error, got {value:?}"),
+        Err(error) => error,
+    };
+    let took = started.elapsed();
+    assert!(took <= limit, "{what}: failed after {took:?} (> {limit:?})");
+    for text in [error.to_string(), format!("{error:?}")] {
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "{what}: the error shows a secret: {text}"
+            );
+        }
+    }
+}

@@ -26,6 +26,20 @@ fn publish(bus: &dyn EventBus, from: usize, n: usize) {
     }
 }
 
+/// A closed one-partition bus of `n` records published one by one (one
+/// frame each): its directory, its only segment and the segment's bytes.
+fn closed_log(n: usize) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bus = open(dir.path());
+        provision(&bus, 1);
+        publish(&bus, 0, n);
+    }
+    let log = segments(dir.path(), 0)[0].clone();
+    let bytes = std::fs::read(&log).unwrap();
+    (dir, log, bytes)
+}
+
 fn assert_records(events: &[StoredEvent], n: usize) {
     assert_eq!(events.len(), n);
     assert_gap_free(events);
@@ -80,14 +94,7 @@ fn torn_tail_at_every_byte_of_the_last_frame() {
 /// unacknowledged tail, while damage to an earlier frame is still refused.
 #[test]
 fn torn_writes_into_zeros_written_ahead() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let bus = open(dir.path());
-        provision(&bus, 1);
-        publish(&bus, 0, 11);
-    }
-    let log = segments(dir.path(), 0)[0].clone();
-    let full = std::fs::read(&log).unwrap();
+    let (dir, log, full) = closed_log(11);
     let last = *frame_starts(&full).last().unwrap();
     let zeros = vec![0u8; 64 << 10];
     let with_tail = |bytes: &[u8]| [bytes, &zeros].concat();
@@ -225,14 +232,7 @@ fn bit_flips_in_sealed_segments_are_reported() {
 
 #[test]
 fn damage_inside_the_active_segment_fails_open() {
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let bus = open(dir.path());
-        provision(&bus, 1);
-        publish(&bus, 0, 5);
-    }
-    let log = segments(dir.path(), 0)[0].clone();
-    let mut bytes = std::fs::read(&log).unwrap();
+    let (dir, log, mut bytes) = closed_log(5);
     let second = frame_starts(&bytes)[1];
     bytes[second + 30] ^= 0x10;
     std::fs::write(&log, &bytes).unwrap();

@@ -1,6 +1,8 @@
 //! The conformance suite against a real nats-server (`BUS_NATS_URL`).
 //! Each case owns a stream prefix; its streams are deleted when it ends.
 
+mod common;
+
 use bus_conformance::{Harness, Namespace, RawRecord, Unavailable};
 use bus_core::auth::to_hex;
 use bus_core::{BusError, EventBus};
@@ -8,7 +10,6 @@ use bus_nats::naming::{
     KEY_HEADER, TAG_HEADER, UID_HEADER, encode_header_text, record_subject, stream_name,
 };
 use bus_nats::{NatsBus, NatsOptions};
-use futures::StreamExt;
 
 struct Nats;
 
@@ -100,17 +101,9 @@ impl Namespace for NatsNamespace {
 impl Drop for NatsNamespace {
     fn drop(&mut self) {
         let Ok(js) = self.raw() else { return };
-        let ours = format!("{}_", self.options.prefix);
-        self.runtime.block_on(async move {
-            let names: Vec<String> = js
-                .stream_names()
-                .filter_map(|name| async move { name.ok() })
-                .collect()
-                .await;
-            for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
-                let _ = js.delete_stream(&name).await;
-            }
-        });
+        let prefix = self.options.prefix.clone();
+        self.runtime
+            .block_on(async move { common::delete_streams(&js, &prefix).await });
     }
 }
 

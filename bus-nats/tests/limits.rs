@@ -5,46 +5,15 @@
 //! server with `max_payload: 8MB`). C6/C14: concurrent retries behind a
 //! forged UID record still store one genuine record.
 
-use bus_conformance::{brokers_required, loud};
+mod common;
+
 use bus_core::{BusError, EventBus, Manifest, TopicSpec};
-use bus_nats::{NatsBus, NatsOptions};
+use bus_nats::NatsBus;
+use common::cleanup;
 use serde_json::json;
 
 fn bus() -> Option<NatsBus> {
-    let Ok(url) = std::env::var("BUS_NATS_URL") else {
-        let why = "BUS_NATS_URL is not set (scripts/nats.sh start)";
-        assert!(!brokers_required(), "BUS_REQUIRE_BROKERS=1 but {why}");
-        loud(&format!("SKIPPED nats::limits: {why}"));
-        return None;
-    };
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let options = NatsOptions::from_url(&url)
-        .expect("BUS_NATS_URL")
-        .prefix(format!("lim-{}", &id[..12]));
-    Some(NatsBus::connect_with(options).expect("connect"))
-}
-
-/// Deletes the topic's streams (the bus has no delete; a raw client does).
-fn cleanup(bus: &NatsBus) {
-    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
-    let servers = NatsOptions::from_url(&url).expect("url").servers;
-    let ours = format!("{}_", bus.prefix());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
-        use futures::StreamExt;
-        let js = async_nats::jetstream::new(async_nats::connect(servers).await.expect("raw"));
-        let names: Vec<String> = js
-            .stream_names()
-            .filter_map(|name| async move { name.ok() })
-            .collect()
-            .await;
-        for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
-            let _ = js.delete_stream(&name).await;
-        }
-    });
+    common::shared_bus("limits", "lim")
 }
 
 #[test]
@@ -95,15 +64,8 @@ fn concurrent_retries_behind_a_forged_uid_store_one_record() {
     bus.set_control_key([7; 32]).expect("key");
     bus.provision(&Manifest::new([TopicSpec::new("t", 1)]))
         .expect("provision");
-    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
-    let servers = NatsOptions::from_url(&url).expect("url").servers;
     let stream = stream_name(bus.prefix(), "t", 0);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(servers).await.expect("raw"));
+    common::raw(async |js| {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(KEY_HEADER, encode_header_text("k"));
         headers.insert(UID_HEADER, encode_header_text("pay-1"));

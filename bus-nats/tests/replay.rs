@@ -6,54 +6,17 @@
 //! reader jumps elsewhere, and when the server deletes the reader's
 //! consumer under it.
 
-use bus_conformance::{brokers_required, loud};
+mod common;
+
 use bus_core::{BatchRecord, EventBus, Manifest, StoredEvent, TopicSpec};
+use bus_nats::NatsBus;
 use bus_nats::naming::stream_name;
-use bus_nats::{NatsBus, NatsOptions};
+use common::{cleanup, raw};
 use futures::StreamExt;
 use serde_json::json;
 
 fn bus() -> Option<NatsBus> {
-    let Ok(url) = std::env::var("BUS_NATS_URL") else {
-        let why = "BUS_NATS_URL is not set (scripts/nats.sh start)";
-        assert!(!brokers_required(), "BUS_REQUIRE_BROKERS=1 but {why}");
-        loud(&format!("SKIPPED nats::replay: {why}"));
-        return None;
-    };
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    let options = NatsOptions::from_url(&url)
-        .expect("BUS_NATS_URL")
-        .prefix(format!("rep-{}", &id[..12]));
-    Some(NatsBus::connect_with(options).expect("connect"))
-}
-
-/// Runs `work` with a raw JetStream context on the test server.
-fn raw<T>(work: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T {
-    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
-    let servers = NatsOptions::from_url(&url).expect("url").servers;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async move {
-        let client = async_nats::connect(servers).await.expect("raw connect");
-        work(async_nats::jetstream::new(client)).await
-    })
-}
-
-/// Deletes the streams of `bus` (the bus has no delete).
-fn cleanup(bus: &NatsBus) {
-    let ours = format!("{}_", bus.prefix());
-    raw(async |js| {
-        let names: Vec<String> = js
-            .stream_names()
-            .filter_map(|name| async move { name.ok() })
-            .collect()
-            .await;
-        for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
-            let _ = js.delete_stream(&name).await;
-        }
-    });
+    common::shared_bus("replay", "rep")
 }
 
 fn publish_range(bus: &NatsBus, topic: &str, range: std::ops::Range<u64>) {

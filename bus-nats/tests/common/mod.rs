@@ -66,3 +66,55 @@ impl Drop for Server {
         let _ = self.0.wait();
     }
 }
+
+/// A bus with a prefix of its own on the shared server (`BUS_NATS_URL`),
+/// or `None` after a loud skip (a failure under `BUS_REQUIRE_BROKERS=1`).
+pub fn shared_bus(suite: &str, tag: &str) -> Option<bus_nats::NatsBus> {
+    let Ok(url) = std::env::var("BUS_NATS_URL") else {
+        let why = "BUS_NATS_URL is not set (scripts/nats.sh start)";
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_REQUIRE_BROKERS=1 but {why}"
+        );
+        bus_conformance::loud(&format!("SKIPPED nats::{suite}: {why}"));
+        return None;
+    };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let options = bus_nats::NatsOptions::from_url(&url)
+        .expect("BUS_NATS_URL")
+        .prefix(format!("{tag}-{}", &id[..12]));
+    Some(bus_nats::NatsBus::connect_with(options).expect("connect"))
+}
+
+/// Runs `work` with a raw JetStream context on the shared server.
+pub fn raw<T>(work: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T {
+    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
+    let servers = bus_nats::NatsOptions::from_url(&url).expect("url").servers;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let client = async_nats::connect(servers).await.expect("raw connect");
+        work(async_nats::jetstream::new(client)).await
+    })
+}
+
+/// Deletes the streams whose names start with `prefix` and `_`.
+pub async fn delete_streams(js: &async_nats::jetstream::Context, prefix: &str) {
+    use futures::StreamExt;
+    let ours = format!("{prefix}_");
+    let names: Vec<String> = js
+        .stream_names()
+        .filter_map(|name| async move { name.ok() })
+        .collect()
+        .await;
+    for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
+        let _ = js.delete_stream(&name).await;
+    }
+}
+
+/// Deletes the bus's streams (the bus has no delete; a raw client does).
+pub fn cleanup(bus: &bus_nats::NatsBus) {
+    raw(async |js| delete_streams(&js, bus.prefix()).await);
+}
