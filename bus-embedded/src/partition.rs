@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -109,32 +110,36 @@ enum Turn {
     Done(Result<Vec<u64>, BusError>),
 }
 
-/// One waiting publisher: its thread parks until the turn changes.
+/// One waiting publisher's turn. Publishers wait on their partition's
+/// [`Partition::answered`] word, so a finished round wakes all its
+/// publishers with one `futex` call.
 #[derive(Debug)]
 struct Slot {
     turn: Mutex<Turn>,
-    thread: std::thread::Thread,
 }
 
 impl Slot {
     fn new() -> Self {
         Self {
             turn: Mutex::new(Turn::Waiting),
-            thread: std::thread::current(),
         }
     }
 
+    /// Sets the turn; the publisher sees it after the next
+    /// [`Partition::wake`].
     fn set(&self, turn: Turn) {
         *lock(&self.turn) = turn;
-        self.thread.unpark();
     }
 
     /// Blocks until the request is answered or its publisher must lead.
-    fn wait(&self) -> Option<Result<Vec<u64>, BusError>> {
+    fn wait(&self, answered: &AtomicU32) -> Option<Result<Vec<u64>, BusError>> {
         loop {
+            // Read before looking, so a wake between the look and the wait
+            // makes the wait return at once.
+            let seen = answered.load(Ordering::Acquire);
             let turn = std::mem::replace(&mut *lock(&self.turn), Turn::Waiting);
             match turn {
-                Turn::Waiting => std::thread::park(),
+                Turn::Waiting => atomic_wait::wait(answered, seen),
                 Turn::Lead => return None,
                 Turn::Done(result) => return Some(result),
             }
@@ -169,7 +174,9 @@ impl Drop for Round<'_> {
                     .set(Turn::Done(Err(self.partition.poisoned_error(&cause))));
             }
         }
+        // Every other publisher of the round was answered: wake them all.
         self.partition.pass_lead(&mut lock(&self.partition.queue));
+        self.partition.wake();
     }
 }
 
@@ -183,6 +190,8 @@ pub(crate) struct Partition {
     queue: Mutex<Queue>,
     /// Wakes a gathering leader once enough requests are queued.
     gathered: Condvar,
+    /// Bumped after turns are set; waiting publishers sleep on it.
+    answered: AtomicU32,
     pub(crate) writer: Mutex<WriterState>,
     pub(crate) read: RwLock<ReadState>,
 }
@@ -209,6 +218,7 @@ impl Partition {
             options,
             queue: Mutex::default(),
             gathered: Condvar::new(),
+            answered: AtomicU32::new(0),
             writer: Mutex::new(writer),
             read: RwLock::new(read),
         }
@@ -270,7 +280,7 @@ impl Partition {
                 self.gathered.notify_one();
             }
             drop(queue);
-            if let Some(result) = own.wait() {
+            if let Some(result) = own.wait(&self.answered) {
                 return result;
             }
             queue = lock(&self.queue);
@@ -305,13 +315,16 @@ impl Partition {
             // publishing: the next round waits briefly for that many.
             queue.expected = size + queue.pending.len();
             queue.last_commit = started.elapsed();
-            if mine.is_some() {
-                self.pass_lead(&mut queue);
-            }
+            let handed = mine.is_some() && self.pass_lead(&mut queue);
             drop(queue);
-            // The next round is under way while this one is answered.
+            // One wake-up for the whole round and the next leader (a lone
+            // publisher, who leads every round, makes no system call).
+            let woken = handed || !answers.is_empty();
             for (slot, result) in answers {
                 slot.set(Turn::Done(result));
+            }
+            if woken {
+                self.wake();
             }
             if let Some(result) = mine {
                 return result;
@@ -348,11 +361,25 @@ impl Partition {
         queue
     }
 
-    /// Hands the lead to the first queued publisher, or ends it.
-    fn pass_lead(&self, queue: &mut Queue) {
+    /// Wakes every waiting publisher to look at its turn: one system call
+    /// for a whole round (a thread woken for nothing waits again).
+    fn wake(&self) {
+        self.answered.fetch_add(1, Ordering::Release);
+        atomic_wait::wake_all(&self.answered);
+    }
+
+    /// Hands the lead to the first queued publisher (true: the caller must
+    /// wake it), or ends it.
+    fn pass_lead(&self, queue: &mut Queue) -> bool {
         match queue.pending.first() {
-            Some(next) => next.slot.set(Turn::Lead),
-            None => queue.leading = false,
+            Some(next) => {
+                next.slot.set(Turn::Lead);
+                true
+            }
+            None => {
+                queue.leading = false;
+                false
+            }
         }
     }
 
