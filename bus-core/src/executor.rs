@@ -6,7 +6,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -38,11 +38,28 @@ const GRACE: Duration = Duration::from_millis(500);
 /// is a small part of the wait.
 const SPIN: Duration = Duration::from_micros(250);
 
-/// A counting gate bounding the operations in flight.
+/// How long the runtime's worker, about to sleep with nothing in flight,
+/// watches for the next operation of a caller that calls one after another.
+/// With the caller polling for its result, the worker's sleep was the one
+/// wake-up left per call: NATS serial publish measured a median 0.87 of raw
+/// async-nats without lingering and 0.94 with 50 µs (six alternating runs
+/// each; 20 µs measured alike, 150 µs worse). The worker never lingers
+/// while an operation waits on the network, so it does not take the core
+/// the broker needs to answer.
+const LINGER: Duration = Duration::from_micros(50);
+
+/// A counting gate bounding the operations in flight, and what the
+/// runtime's worker looks at before it sleeps.
 #[derive(Debug)]
 struct Gate {
     in_flight: Mutex<usize>,
     freed: Condvar,
+    /// Operations in flight, readable without the lock.
+    busy: AtomicUsize,
+    /// Operations handed to the runtime so far.
+    submitted: AtomicU64,
+    /// Moving average of recent operations' durations, in nanoseconds.
+    typical_ns: AtomicU64,
 }
 
 /// One slot of the gate, released on drop (also when a task is cancelled).
@@ -62,7 +79,35 @@ impl Gate {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         *in_flight += 1;
+        self.busy.store(*in_flight, Ordering::Relaxed);
         (Slot(Arc::clone(self)), *in_flight == 1)
+    }
+
+    /// Runs on the worker just before it sleeps: when nothing is in flight
+    /// and operations have lately been short (a caller publishing one by
+    /// one), it watches for the next submission for up to `budget`, so
+    /// that one finds the worker awake instead of paying a sleeping vCPU's
+    /// wake-up. While an operation waits on the network the worker sleeps
+    /// at once, leaving the core to the broker.
+    fn linger(&self, budget: Duration) {
+        if self.busy.load(Ordering::Relaxed) != 0
+            || Duration::from_nanos(self.typical_ns.load(Ordering::Relaxed)) > SPIN
+        {
+            return;
+        }
+        let seen = self.submitted.load(Ordering::Relaxed);
+        let started = Instant::now();
+        loop {
+            for _ in 0..64 {
+                if self.submitted.load(Ordering::Relaxed) != seen {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            if started.elapsed() >= budget {
+                return;
+            }
+        }
     }
 }
 
@@ -74,6 +119,7 @@ impl Drop for Slot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *in_flight -= 1;
+        self.0.busy.store(*in_flight, Ordering::Relaxed);
         self.0.freed.notify_one();
     }
 }
@@ -96,8 +142,6 @@ pub struct ConnectorExecutor {
     name: String,
     timeout: Duration,
     gate: Arc<Gate>,
-    /// Moving average of recent operations' durations, in nanoseconds.
-    typical_ns: AtomicU64,
     shutdown: Mutex<Option<SyncSender<()>>>,
     handle: tokio::runtime::Handle,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -124,6 +168,14 @@ impl ConnectorExecutor {
         let (shutdown, shutdown_signal) = std::sync::mpsc::sync_channel::<()>(1);
         let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
         let worker_name = format!("{name}-rt");
+        let gate = Arc::new(Gate {
+            in_flight: Mutex::new(0),
+            freed: Condvar::new(),
+            busy: AtomicUsize::new(0),
+            submitted: AtomicU64::new(0),
+            typical_ns: AtomicU64::new(0),
+        });
+        let watched = Arc::clone(&gate);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
@@ -132,6 +184,7 @@ impl ConnectorExecutor {
                     .worker_threads(1)
                     .thread_name(worker_name)
                     .on_thread_start(move || OWNER.with(|owner| owner.set(id)))
+                    .on_thread_park(move || watched.linger(LINGER))
                     .enable_all()
                     .build();
                 match runtime {
@@ -164,11 +217,7 @@ impl ConnectorExecutor {
             id,
             name: name.to_owned(),
             timeout,
-            gate: Arc::new(Gate {
-                in_flight: Mutex::new(0),
-                freed: Condvar::new(),
-            }),
-            typical_ns: AtomicU64::new(0),
+            gate,
             shutdown: Mutex::new(Some(shutdown)),
             handle,
             thread: Mutex::new(Some(thread)),
@@ -228,8 +277,10 @@ impl ConnectorExecutor {
             drop(slot);
             let _ = result_sender.send(result.ok());
         });
+        // After the spawn: a lingering worker that sees this finds the task.
+        self.gate.submitted.fetch_add(1, Ordering::Release);
         let started = Instant::now();
-        let typical = Duration::from_nanos(self.typical_ns.load(Ordering::Relaxed));
+        let typical = Duration::from_nanos(self.gate.typical_ns.load(Ordering::Relaxed));
         let polled = (alone && typical <= SPIN)
             .then(|| poll_for(&result_receiver, SPIN))
             .flatten();
@@ -252,9 +303,9 @@ impl ConnectorExecutor {
     /// concurrent updates may lose one, which only delays the average).
     fn note_duration(&self, took: Duration) {
         let sample = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        let old = self.typical_ns.load(Ordering::Relaxed);
+        let old = self.gate.typical_ns.load(Ordering::Relaxed);
         let new = old - old / 8 + sample / 8;
-        self.typical_ns.store(new, Ordering::Relaxed);
+        self.gate.typical_ns.store(new, Ordering::Relaxed);
     }
 }
 
@@ -442,15 +493,82 @@ mod tests {
         for _ in 0..16 {
             connector.run(|| async {}).unwrap();
         }
-        let short = connector.typical_ns.load(Ordering::Relaxed);
+        let short = connector.gate.typical_ns.load(Ordering::Relaxed);
         for _ in 0..16 {
             connector
                 .run(|| tokio::time::sleep(Duration::from_millis(2)))
                 .unwrap();
         }
-        let long = connector.typical_ns.load(Ordering::Relaxed);
+        let long = connector.gate.typical_ns.load(Ordering::Relaxed);
         assert!(long > u64::try_from(SPIN.as_nanos()).unwrap(), "{long}");
         assert!(short < long, "{short} vs {long}");
+    }
+
+    fn idle_gate() -> Arc<Gate> {
+        Arc::new(Gate {
+            in_flight: Mutex::new(0),
+            freed: Condvar::new(),
+            busy: AtomicUsize::new(0),
+            submitted: AtomicU64::new(0),
+            typical_ns: AtomicU64::new(0),
+        })
+    }
+
+    /// Runs `linger` with a budget far past the test's deadline, calling
+    /// `nudge` while it waits: returning within the deadline proves it did
+    /// not spend its budget.
+    fn lingers_until_deadline(gate: &Arc<Gate>, nudge: impl Fn(&Gate)) -> bool {
+        let (done, finished) = std::sync::mpsc::channel();
+        let watched = Arc::clone(gate);
+        let worker = std::thread::spawn(move || {
+            watched.linger(Duration::from_secs(600));
+            let _ = done.send(());
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            nudge(gate);
+            if finished.recv_timeout(Duration::from_millis(10)).is_ok() {
+                worker.join().unwrap();
+                return true;
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn a_lingering_worker_returns_when_the_next_operation_is_submitted() {
+        let gate = idle_gate();
+        assert!(lingers_until_deadline(&gate, |gate| {
+            gate.submitted.fetch_add(1, Ordering::Release);
+        }));
+    }
+
+    #[test]
+    fn the_worker_does_not_linger_while_an_operation_is_in_flight() {
+        let gate = idle_gate();
+        let (_slot, alone) = gate.enter();
+        assert!(alone);
+        assert!(lingers_until_deadline(&gate, |_| {}));
+    }
+
+    #[test]
+    fn the_worker_does_not_linger_after_long_operations() {
+        let gate = idle_gate();
+        gate.typical_ns.store(
+            u64::try_from(SPIN.as_nanos()).unwrap() * 2,
+            Ordering::Relaxed,
+        );
+        assert!(lingers_until_deadline(&gate, |_| {}));
+    }
+
+    #[test]
+    fn many_short_serial_operations_complete_with_the_worker_lingering() {
+        // Every call finds the worker either lingering or asleep; none may
+        // be lost between the two.
+        let connector = ConnectorExecutor::new("t-linger").unwrap();
+        for i in 0..20_000u64 {
+            assert_eq!(connector.run(move || async move { i }).unwrap(), i);
+        }
     }
 
     #[test]
