@@ -75,6 +75,18 @@ fn median(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (samples[samples.len() / 2], p99)
 }
 
+/// Time the hypervisor took from this machine's vCPUs so far (the `steal`
+/// column of /proc/stat, in clock ticks), so a disturbed run shows.
+fn steal_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find(|line| line.starts_with("cpu "))?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()
+}
+
 /// VmRSS in KiB of `pid`, or of the nats-server listening on `port`.
 fn server_rss(pid: Option<u32>, port: &str) -> Option<(u32, u64)> {
     let pid = pid.or_else(|| {
@@ -145,6 +157,7 @@ fn main() {
     let payloads: Vec<Value> = (0..args.serial.max(args.batch)).map(value).collect();
     let raw = RawNats::new(&options.servers, &format!("{raw_prefix}-ref")).expect("raw stream");
     let (mut bus_took, mut raw_took) = (Duration::ZERO, Duration::ZERO);
+    let steal_before = steal_ticks();
     for slice in payloads[..args.serial].chunks(SERIAL_TURN) {
         let started = Instant::now();
         for v in slice {
@@ -162,6 +175,18 @@ fn main() {
         format!("{raw_serial:.0}"),
         format!("{:.2}", bus_serial / raw_serial),
         ">= 0.9",
+    );
+    let stolen = steal_before
+        .zip(steal_ticks())
+        .map_or("-".to_owned(), |(before, after)| {
+            (after - before).to_string()
+        });
+    row(
+        "  CPU steal during it (ticks)",
+        stolen,
+        "-".into(),
+        "-".into(),
+        "-",
     );
 
     // Pipelined batch publish: 1,000 sent, then their acks awaited.
