@@ -225,6 +225,15 @@ fn creds(account: &KeyPair, name: &str) -> String {
     )
 }
 
+/// The user's NKey seed in a `.creds` file: the secret no text may show.
+fn seed_of(creds: &str) -> String {
+    creds
+        .lines()
+        .find(|line| line.starts_with("SU"))
+        .unwrap_or_else(|| panic!("no seed line in the creds file"))
+        .to_owned()
+}
+
 #[test]
 fn credentials_file_works_and_refuses_without_leaking_the_seed() {
     let Some(binary) = server_binary() else {
@@ -269,11 +278,7 @@ fn credentials_file_works_and_refuses_without_leaking_the_seed() {
     let good_file = dir.path().join("app.creds");
     let good = creds(&app, "app-user");
     std::fs::write(&good_file, &good).unwrap_or_else(|e| panic!("write: {e}"));
-    let seed = good
-        .lines()
-        .find(|l| l.starts_with("SU"))
-        .unwrap_or_else(|| panic!("no seed line in the creds file"))
-        .to_owned();
+    let seed = seed_of(&good);
     let url = format!("nats://127.0.0.1:{port}");
     let by_builder = options(&url).credentials_file(&good_file);
     assert!(
@@ -304,11 +309,7 @@ fn credentials_file_works_and_refuses_without_leaking_the_seed() {
     let bad_file = dir.path().join("stranger.creds");
     let bad = creds(&stranger, "stranger");
     std::fs::write(&bad_file, &bad).unwrap_or_else(|e| panic!("write: {e}"));
-    let bad_seed = bad
-        .lines()
-        .find(|l| l.starts_with("SU"))
-        .unwrap_or_else(|| panic!("no seed line in the creds file"))
-        .to_owned();
+    let bad_seed = seed_of(&bad);
     refused(
         "a user of an untrusted account",
         &bad_seed,
