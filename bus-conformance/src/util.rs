@@ -140,3 +140,16 @@ pub fn assert_refused_quietly<T: std::fmt::Debug>(
         }
     }
 }
+
+/// Time the hypervisor took from this machine's vCPUs so far (the `steal`
+/// column of /proc/stat, in clock ticks; `None` off Linux). Benchmarks
+/// print it beside their ratios, so a run the host disturbed shows.
+pub fn steal_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines()
+        .find(|line| line.starts_with("cpu "))?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()
+}

@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use bus_conformance::util::steal_ticks;
 use bus_core::{BatchRecord, EventBus, Manifest, StoredEvent, TopicSpec};
 use bus_kafka::reference::RawKafka;
 use bus_kafka::{KafkaBus, KafkaOptions};
@@ -105,6 +106,7 @@ fn broker_rss_kib(pid: Option<u32>) -> Option<(u32, u64)> {
 
 fn main() {
     let args = args();
+    let steal_before = steal_ticks();
     let id = uuid::Uuid::new_v4().simple().to_string();
     let manifest_topic = format!("bus-bench-manifest-{}", &id[..8]);
     let bus = KafkaBus::connect_with(
@@ -227,6 +229,15 @@ fn main() {
     match rss {
         Some((pid, kib)) => println!("{:<28} {:>9} MiB (pid {pid})", "broker RSS", kib / 1024),
         None => println!("{:<28} unknown (pass --broker-pid)", "broker RSS"),
+    }
+    // Runs the host disturbed lose more on the bus side (more threads).
+    match steal_before.zip(steal_ticks()) {
+        Some((before, after)) => println!(
+            "{:<28} {:>9} ticks",
+            "CPU steal during the run",
+            after - before
+        ),
+        None => println!("{:<28} unknown", "CPU steal during the run"),
     }
     println!(
         "{}",

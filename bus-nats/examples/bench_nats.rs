@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use bus_conformance::util::steal_ticks;
 use bus_core::{BatchRecord, EventBus, EventBusExt, Manifest, TopicSpec};
 use bus_nats::reference::RawNats;
 use bus_nats::{NatsBus, NatsOptions};
@@ -73,18 +74,6 @@ fn median(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     let p99 = samples[(samples.len() * 99 / 100).min(samples.len() - 1)];
     (samples[samples.len() / 2], p99)
-}
-
-/// Time the hypervisor took from this machine's vCPUs so far (the `steal`
-/// column of /proc/stat, in clock ticks), so a disturbed run shows.
-fn steal_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    stat.lines()
-        .find(|line| line.starts_with("cpu "))?
-        .split_whitespace()
-        .nth(8)?
-        .parse()
-        .ok()
 }
 
 /// VmRSS in KiB of `pid`, or of the nats-server listening on `port`.
