@@ -9,10 +9,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bus_conformance::util::{fetch_all, poll_until};
-use bus_conformance::{brokers_required, loud};
 use bus_core::{EventBus, Manifest, PublishAck, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
-use common::{Server, free_port, server_binary, start};
+use common::{Server, free_port, server_binary_or_skip, start};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,10 +32,7 @@ fn connect(url: &str) -> NatsBus {
 
 #[test]
 fn outage_fails_fast_and_recovers_without_rebuild() {
-    let Some(binary) = server_binary() else {
-        let why = "no nats-server (set BUS_NATS_SERVER_BIN, put it on PATH or run scripts/nats.sh install)";
-        assert!(!brokers_required(), "BUS_REQUIRE_BROKERS=1 but {why}");
-        loud(&format!("SKIPPED nats::outage: {why}"));
+    let Some(binary) = server_binary_or_skip("outage") else {
         return;
     };
     let store = tempfile::tempdir().expect("store dir");

@@ -14,10 +14,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bus_conformance::tls::Certificates;
 use bus_conformance::util::{assert_refused_quietly, poll_until};
-use bus_conformance::{brokers_required, loud};
 use bus_core::{EventBus, Manifest, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
-use common::{Server, free_port, server_binary, start};
+use common::{Server, free_port, server_binary_or_skip, start};
 use nkeys::KeyPair;
 use serde_json::json;
 
@@ -65,10 +64,7 @@ fn round_trip(bus: &NatsBus, topic: &str) {
 
 #[test]
 fn tls_and_credentials_work_and_refuse_without_leaking_secrets() {
-    let Some(binary) = server_binary() else {
-        let why = "no nats-server (set BUS_NATS_SERVER_BIN, put it on PATH or run scripts/nats.sh install)";
-        assert!(!brokers_required(), "BUS_REQUIRE_BROKERS=1 but {why}");
-        loud(&format!("SKIPPED nats::secure: {why}"));
+    let Some(binary) = server_binary_or_skip("secure") else {
         return;
     };
     let certs_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
@@ -236,10 +232,7 @@ fn seed_of(creds: &str) -> String {
 
 #[test]
 fn credentials_file_works_and_refuses_without_leaking_the_seed() {
-    let Some(binary) = server_binary() else {
-        let why = "no nats-server (set BUS_NATS_SERVER_BIN, put it on PATH or run scripts/nats.sh install)";
-        assert!(!brokers_required(), "BUS_REQUIRE_BROKERS=1 but {why}");
-        loud(&format!("SKIPPED nats::secure credentials file: {why}"));
+    let Some(binary) = server_binary_or_skip("secure credentials file") else {
         return;
     };
     // An operator of the test's own trusts one application account (with

@@ -57,6 +57,21 @@ pub fn start(binary: &Path, port: u16, store: &Path, extra: &str) -> Child {
         .expect("start nats-server")
 }
 
+/// The nats-server binary for a test that starts servers of its own, or
+/// `None` after a loud skip (a failure under `BUS_REQUIRE_BROKERS=1`).
+pub fn server_binary_or_skip(suite: &str) -> Option<PathBuf> {
+    let binary = server_binary();
+    if binary.is_none() {
+        let why = "no nats-server (set BUS_NATS_SERVER_BIN, put it on PATH or run scripts/nats.sh install)";
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_REQUIRE_BROKERS=1 but {why}"
+        );
+        bus_conformance::loud(&format!("SKIPPED nats::{suite}: {why}"));
+    }
+    binary
+}
+
 /// Kills the child on every exit path, so a failing test leaves no server.
 pub struct Server(pub Child);
 
