@@ -58,6 +58,10 @@ struct Gate {
     busy: AtomicUsize,
     /// Operations handed to the runtime so far.
     submitted: AtomicU64,
+    /// `submitted` when the worker last lingered: it lingers once per
+    /// operation at most, so wake-ups of its own (a stream's messages, a
+    /// timer) never make it spin while no caller is calling.
+    lingered: AtomicU64,
     /// Moving average of recent operations' durations, in nanoseconds.
     typical_ns: AtomicU64,
 }
@@ -96,6 +100,9 @@ impl Gate {
             return;
         }
         let seen = self.submitted.load(Ordering::Relaxed);
+        if self.lingered.swap(seen, Ordering::Relaxed) == seen {
+            return;
+        }
         let started = Instant::now();
         loop {
             for _ in 0..64 {
@@ -173,6 +180,7 @@ impl ConnectorExecutor {
             freed: Condvar::new(),
             busy: AtomicUsize::new(0),
             submitted: AtomicU64::new(0),
+            lingered: AtomicU64::new(u64::MAX),
             typical_ns: AtomicU64::new(0),
         });
         let watched = Arc::clone(&gate);
@@ -510,6 +518,7 @@ mod tests {
             freed: Condvar::new(),
             busy: AtomicUsize::new(0),
             submitted: AtomicU64::new(0),
+            lingered: AtomicU64::new(u64::MAX),
             typical_ns: AtomicU64::new(0),
         })
     }
@@ -558,6 +567,15 @@ mod tests {
             u64::try_from(SPIN.as_nanos()).unwrap() * 2,
             Ordering::Relaxed,
         );
+        assert!(lingers_until_deadline(&gate, |_| {}));
+    }
+
+    #[test]
+    fn the_worker_lingers_once_per_operation() {
+        let gate = idle_gate();
+        gate.linger(Duration::from_millis(1));
+        // No operation came since: parking again (a timer, a stream's
+        // message) must not spin.
         assert!(lingers_until_deadline(&gate, |_| {}));
     }
 
