@@ -70,6 +70,18 @@ struct Gate {
 struct Slot(Arc<Gate>);
 
 impl Gate {
+    fn new() -> Self {
+        Self {
+            in_flight: Mutex::new(0),
+            freed: Condvar::new(),
+            busy: AtomicUsize::new(0),
+            submitted: AtomicU64::new(0),
+            // No operation has been lingered for yet.
+            lingered: AtomicU64::new(u64::MAX),
+            typical_ns: AtomicU64::new(0),
+        }
+    }
+
     /// Takes a slot; also says whether the caller is the only one in flight.
     fn enter(self: &Arc<Self>) -> (Slot, bool) {
         let mut in_flight = self
@@ -103,18 +115,7 @@ impl Gate {
         if self.lingered.swap(seen, Ordering::Relaxed) == seen {
             return;
         }
-        let started = Instant::now();
-        loop {
-            for _ in 0..64 {
-                if self.submitted.load(Ordering::Relaxed) != seen {
-                    return;
-                }
-                std::hint::spin_loop();
-            }
-            if started.elapsed() >= budget {
-                return;
-            }
-        }
+        spin_until(budget, || self.submitted.load(Ordering::Relaxed) != seen);
     }
 }
 
@@ -175,14 +176,7 @@ impl ConnectorExecutor {
         let (shutdown, shutdown_signal) = std::sync::mpsc::sync_channel::<()>(1);
         let (ready_sender, ready_receiver) = std::sync::mpsc::sync_channel(1);
         let worker_name = format!("{name}-rt");
-        let gate = Arc::new(Gate {
-            in_flight: Mutex::new(0),
-            freed: Condvar::new(),
-            busy: AtomicUsize::new(0),
-            submitted: AtomicU64::new(0),
-            lingered: AtomicU64::new(u64::MAX),
-            typical_ns: AtomicU64::new(0),
-        });
+        let gate = Arc::new(Gate::new());
         let watched = Arc::clone(&gate);
         let thread = std::thread::Builder::new()
             .name(name.to_owned())
@@ -320,20 +314,31 @@ impl ConnectorExecutor {
 /// Polls `receiver` for up to `budget`; `None` when nothing came (the
 /// caller then blocks as usual).
 fn poll_for<T>(receiver: &Receiver<T>, budget: Duration) -> Option<Result<T, RecvTimeoutError>> {
+    let mut received = None;
+    spin_until(budget, || {
+        received = match receiver.try_recv() {
+            Ok(value) => Some(Ok(value)),
+            Err(TryRecvError::Disconnected) => Some(Err(RecvTimeoutError::Disconnected)),
+            Err(TryRecvError::Empty) => None,
+        };
+        received.is_some()
+    });
+    received
+}
+
+/// Spins until `done` says so or `budget` has passed.
+fn spin_until(budget: Duration, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     loop {
-        // Reading the clock costs more than a poll: look at it every 64th.
+        // Reading the clock costs more than a look: read it every 64th.
         for _ in 0..64 {
-            match receiver.try_recv() {
-                Ok(value) => return Some(Ok(value)),
-                Err(TryRecvError::Disconnected) => {
-                    return Some(Err(RecvTimeoutError::Disconnected));
-                }
-                Err(TryRecvError::Empty) => std::hint::spin_loop(),
+            if done() {
+                return;
             }
+            std::hint::spin_loop();
         }
         if started.elapsed() >= budget {
-            return None;
+            return;
         }
     }
 }
@@ -512,17 +517,6 @@ mod tests {
         assert!(short < long, "{short} vs {long}");
     }
 
-    fn idle_gate() -> Arc<Gate> {
-        Arc::new(Gate {
-            in_flight: Mutex::new(0),
-            freed: Condvar::new(),
-            busy: AtomicUsize::new(0),
-            submitted: AtomicU64::new(0),
-            lingered: AtomicU64::new(u64::MAX),
-            typical_ns: AtomicU64::new(0),
-        })
-    }
-
     /// Runs `linger` with a budget far past the test's deadline, calling
     /// `nudge` while it waits: returning within the deadline proves it did
     /// not spend its budget.
@@ -546,7 +540,7 @@ mod tests {
 
     #[test]
     fn a_lingering_worker_returns_when_the_next_operation_is_submitted() {
-        let gate = idle_gate();
+        let gate = Arc::new(Gate::new());
         assert!(lingers_until_deadline(&gate, |gate| {
             gate.submitted.fetch_add(1, Ordering::Release);
         }));
@@ -554,7 +548,7 @@ mod tests {
 
     #[test]
     fn the_worker_does_not_linger_while_an_operation_is_in_flight() {
-        let gate = idle_gate();
+        let gate = Arc::new(Gate::new());
         let (_slot, alone) = gate.enter();
         assert!(alone);
         assert!(lingers_until_deadline(&gate, |_| {}));
@@ -562,7 +556,7 @@ mod tests {
 
     #[test]
     fn the_worker_does_not_linger_after_long_operations() {
-        let gate = idle_gate();
+        let gate = Arc::new(Gate::new());
         gate.typical_ns.store(
             u64::try_from(SPIN.as_nanos()).unwrap() * 2,
             Ordering::Relaxed,
@@ -572,7 +566,7 @@ mod tests {
 
     #[test]
     fn the_worker_lingers_once_per_operation() {
-        let gate = idle_gate();
+        let gate = Arc::new(Gate::new());
         gate.linger(Duration::from_millis(1));
         // No operation came since: parking again (a timer, a stream's
         // message) must not spin.
