@@ -6,10 +6,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use bus_core::auth::{RecordAuth, RecordParts};
+use bus_core::subscription::Plan;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, StoredEvent, TopicSpec, check_partition, encode_value, now_ms, partition_for,
-    resolve_uid, validate_key, validate_uid,
+    BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions,
+    Subscription, TopicSpec, check_partition, encode_value, now_ms, partition_for, resolve_uid,
+    validate_key, validate_uid,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -27,12 +29,16 @@ use bus_core::{
 #[derive(Debug, Default)]
 pub struct MemoryBus {
     store: Arc<Store>,
-    auth: RwLock<Option<RecordAuth>>,
+    /// Shared with this handle's subscriptions, so they verify with the
+    /// key set later too.
+    auth: Arc<RwLock<Option<RecordAuth>>>,
 }
 
 #[derive(Debug, Default)]
 struct Store {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Rung after every append, for live subscriptions.
+    bells: DoorbellRegistry,
 }
 
 #[derive(Debug)]
@@ -82,7 +88,7 @@ impl MemoryBus {
     pub fn handle(&self) -> Self {
         Self {
             store: Arc::clone(&self.store),
-            auth: RwLock::new(None),
+            auth: Arc::default(),
         }
     }
 
@@ -102,6 +108,8 @@ impl MemoryBus {
             },
             false,
         );
+        drop(log);
+        self.store.bells.ring(&topic.spec.name);
         Ok(offset)
     }
 
@@ -161,6 +169,8 @@ impl MemoryBus {
             },
             true,
         );
+        drop(log);
+        self.store.bells.ring(topic_name);
         Ok(ack(offset))
     }
 }
@@ -431,5 +441,28 @@ impl EventBus for MemoryBus {
                 self.publish_one(topic, &record.key, &record.value, record.uid.as_deref())
             })
             .collect()
+    }
+
+    fn subscribe(
+        &self,
+        topic: &str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, BusError> {
+        let plan = Plan::new(self, topic, &selector, start)?;
+        // Registered after the plan's positions were read: the first receive
+        // reads before it waits, so a record appended in between is not missed.
+        let bell = self.store.bells.register(topic);
+        let feed = MemoryBus {
+            store: Arc::clone(&self.store),
+            auth: Arc::clone(&self.auth),
+        };
+        Ok(Subscription::new(
+            plan,
+            options,
+            Box::new(FetchFeed::new(feed, topic)),
+            bell,
+        ))
     }
 }

@@ -1,5 +1,6 @@
 //! The `EventBus` trait: the portability boundary every backend implements.
 
+use crate::subscription::{Feed, Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{BusError, Capabilities, Manifest, PublishAck, StoredEvent, partition_for};
 
 /// One record of a batch publish.
@@ -180,7 +181,110 @@ pub trait EventBus: Send + Sync {
             })
             .collect()
     }
+
+    /// A live subscription to `topic` (contract C17–C19): the records the
+    /// `selector` picks, from `start` on, history then the live tail, each
+    /// once and in partition order. See [`Subscription`].
+    ///
+    /// The default refuses; every backend of this workspace overrides it.
+    fn subscribe(
+        &self,
+        topic: &str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, BusError> {
+        let _ = (topic, selector, start, options);
+        Err(BusError::Unsupported {
+            operation: "subscribe".to_owned(),
+            backend: self.capabilities().backend.to_owned(),
+        })
+    }
 }
+
+/// A [`Feed`] that reads through a bus's own `fetch` and `offsets`: what a
+/// backend with a cheap local fetch (memory, embedded) subscribes with.
+#[derive(Debug)]
+pub struct FetchFeed<B> {
+    bus: B,
+    topic: String,
+}
+
+impl<B> FetchFeed<B> {
+    /// A feed of `topic` read through `bus` (an owned handle).
+    pub fn new(bus: B, topic: impl Into<String>) -> Self {
+        Self {
+            bus,
+            topic: topic.into(),
+        }
+    }
+}
+
+impl<B: EventBus + 'static> Feed for FetchFeed<B> {
+    fn read(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        self.bus.fetch(&self.topic, partition, from, max)
+    }
+
+    fn head(&mut self, partition: u32) -> Result<u64, BusError> {
+        Ok(self.bus.offsets(&self.topic, partition)?.next)
+    }
+}
+
+/// Forwards every method, so a bus travels as `Box<T>`, `Arc<T>` or `&T`.
+macro_rules! forward_event_bus {
+    ($($impl_head:tt)*) => {
+        $($impl_head)* {
+            fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
+                (**self).set_control_key(key)
+            }
+            fn publish(&self, topic: &str, key: &str, value: &serde_json::Value) -> Result<PublishAck, BusError> {
+                (**self).publish(topic, key, value)
+            }
+            fn publish_idempotent(&self, topic: &str, key: &str, value: &serde_json::Value, event_uid: &str) -> Result<PublishAck, BusError> {
+                (**self).publish_idempotent(topic, key, value, event_uid)
+            }
+            fn find_event_by_uid(&self, topic: &str, key: &str, event_uid: &str) -> Result<Option<PublishAck>, BusError> {
+                (**self).find_event_by_uid(topic, key, event_uid)
+            }
+            fn fetch(&self, topic: &str, partition: u32, offset: u64, max: usize) -> Result<Vec<StoredEvent>, BusError> {
+                (**self).fetch(topic, partition, offset, max)
+            }
+            fn partitions(&self, topic: &str) -> Result<u32, BusError> {
+                (**self).partitions(topic)
+            }
+            fn topics(&self) -> Vec<String> {
+                (**self).topics()
+            }
+            fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
+                (**self).maintenance(now_ms)
+            }
+            fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
+                (**self).provision(manifest)
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+                (**self).offsets(topic, partition)
+            }
+            fn publish_batch(&self, topic: &str, records: &[BatchRecord]) -> Result<Vec<PublishAck>, BusError> {
+                (**self).publish_batch(topic, records)
+            }
+            fn subscribe(&self, topic: &str, selector: Selector, start: StartAt, options: SubscribeOptions) -> Result<Subscription, BusError> {
+                (**self).subscribe(topic, selector, start, options)
+            }
+        }
+    };
+}
+
+forward_event_bus!(impl<T: EventBus + ?Sized> EventBus for Box<T>);
+forward_event_bus!(impl<T: EventBus + ?Sized> EventBus for std::sync::Arc<T>);
+forward_event_bus!(impl<T: EventBus + ?Sized> EventBus for &T);
 
 /// The retained range of a partition: records `first..next` (empty when equal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

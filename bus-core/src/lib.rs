@@ -21,8 +21,9 @@ pub mod executor;
 mod manifest;
 mod partition;
 pub mod record;
+pub mod subscription;
 
-pub use bus::{BatchRecord, EventBus, EventBusExt, PartitionOffsets};
+pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{Capabilities, DedupHorizon};
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
@@ -33,3 +34,7 @@ pub use manifest::{
 };
 pub use partition::{fnv1a64, partition_for};
 pub use record::{check_partition, encode_value, validate_key, validate_uid};
+pub use subscription::{
+    Doorbell, DoorbellRegistry, Feed, Selector, StartAt, SubscribeOptions, Subscription,
+    SubscriptionItem, SubscriptionStream,
+};

@@ -1,0 +1,302 @@
+//! The synchronous subscription handle and the loop that fills it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Doorbell, Plan, SubscribeOptions, SubscriptionItem};
+use crate::{BusError, StoredEvent};
+
+/// How a backend reads for a subscription. Reads never wait for new
+/// records: the [`Doorbell`] says when to read again.
+pub trait Feed: Send {
+    /// Up to `max` records of `partition` from offset `from` on, ascending
+    /// and without holes, starting at the log start when `from` is below it;
+    /// empty at the end. A forged record is [`BusError::Integrity`] naming
+    /// its offset.
+    fn read(&mut self, partition: u32, from: u64, max: usize)
+    -> Result<Vec<StoredEvent>, BusError>;
+
+    /// The offset the next record of `partition` will get, counting only
+    /// acked (visible) records. Asked only by subscriptions with `max_lag`.
+    fn head(&mut self, partition: u32) -> Result<u64, BusError>;
+}
+
+/// Records read per partition per refill.
+const PAGE: usize = 512;
+/// First and longest pause before a partition that failed is read again.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+struct Cursor {
+    partition: u32,
+    next: u64,
+    retry_at: Option<Instant>,
+    retry_pause: Duration,
+}
+
+/// A live subscription: history from its start, then the live tail.
+///
+/// Reads happen on the caller's thread inside [`Subscription::recv_timeout`]
+/// and friends; between reads it sleeps on its [`Doorbell`], so an idle
+/// subscription costs no CPU. Dropping it releases what the backend holds
+/// for it (its feed and doorbell) at once.
+pub struct Subscription {
+    topic: String,
+    key: Option<String>,
+    max_lag: Option<u64>,
+    cursors: Vec<Cursor>,
+    turn: usize,
+    pending: VecDeque<Result<SubscriptionItem, BusError>>,
+    feed: Box<dyn Feed>,
+    bell: Arc<Doorbell>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("topic", &self.topic)
+            .field("key", &self.key)
+            .field("max_lag", &self.max_lag)
+            .field("cursors", &self.cursors)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// A subscription over `plan`, reading through `feed` and woken by `bell`.
+    pub fn new(
+        plan: Plan,
+        options: SubscribeOptions,
+        feed: Box<dyn Feed>,
+        bell: Arc<Doorbell>,
+    ) -> Self {
+        let cursors = plan
+            .partitions
+            .into_iter()
+            .map(|(partition, next)| Cursor {
+                partition,
+                next,
+                retry_at: None,
+                retry_pause: RETRY_FIRST,
+            })
+            .collect();
+        Self {
+            topic: plan.topic,
+            key: plan.key,
+            max_lag: options.max_lag,
+            cursors,
+            turn: 0,
+            pending: VecDeque::new(),
+            feed,
+            bell,
+        }
+    }
+
+    /// The subscribed topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The offset each partition's delivery continues at.
+    pub fn positions(&self) -> Vec<(u32, u64)> {
+        self.cursors.iter().map(|c| (c.partition, c.next)).collect()
+    }
+
+    /// Whether the bus behind it is gone (nothing more will arrive).
+    pub fn is_closed(&self) -> bool {
+        self.pending.is_empty() && self.bell.is_closed()
+    }
+
+    /// The doorbell this subscription sleeps on (closing it ends the
+    /// subscription's waits: what [`super::SubscriptionStream`] does on drop).
+    pub fn doorbell(&self) -> Arc<Doorbell> {
+        Arc::clone(&self.bell)
+    }
+
+    /// The next item, waiting up to `timeout`; `Ok(None)` when none came
+    /// (or the bus is closed). Error items (an integrity failure naming its
+    /// offset, an outage) come out as `Err`; the subscription goes on after
+    /// them.
+    pub fn recv_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<SubscriptionItem>, BusError> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.next_until(deadline).transpose()
+    }
+
+    /// The next item if one can be had without waiting.
+    pub fn try_recv(&mut self) -> Result<Option<SubscriptionItem>, BusError> {
+        self.recv_timeout(Duration::ZERO)
+    }
+
+    /// The next item, waiting as long as it takes; `None` once the bus is
+    /// closed.
+    pub fn recv(&mut self) -> Option<Result<SubscriptionItem, BusError>> {
+        self.next_until(None)
+    }
+
+    fn next_until(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Option<Result<SubscriptionItem, BusError>> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(item);
+            }
+            if self.bell.is_closed() {
+                return None;
+            }
+            let seen = self.bell.generation();
+            if self.fill() {
+                // Records were read (maybe all filtered out by the key):
+                // there may be more before the head, so read again.
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return None;
+            }
+            let retry = self.cursors.iter().filter_map(|c| c.retry_at).min();
+            let wake = match (deadline, retry) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                // No deadline: wake at least hourly to re-check (cheap, and
+                // never a polling loop).
+                (None, None) => now + Duration::from_secs(3600),
+            };
+            self.bell.wait_past(seen, wake);
+        }
+    }
+
+    /// One pass over the partitions, starting after the last one served, so
+    /// a busy partition cannot starve the others. Returns whether anything
+    /// moved (an item queued or a position advanced).
+    fn fill(&mut self) -> bool {
+        let count = self.cursors.len();
+        for step in 0..count {
+            let index = (self.turn + step) % count;
+            let before = self.cursors[index].next;
+            self.fill_one(index);
+            if !self.pending.is_empty() || self.cursors[index].next != before {
+                self.turn = (index + 1) % count;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn fill_one(&mut self, index: usize) {
+        let now = Instant::now();
+        if self.cursors[index].retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        match self.read_cursor(index) {
+            Ok(()) => {
+                let cursor = &mut self.cursors[index];
+                cursor.retry_at = None;
+                cursor.retry_pause = RETRY_FIRST;
+            }
+            Err(error) => {
+                let cursor = &mut self.cursors[index];
+                cursor.retry_at = Some(now + cursor.retry_pause);
+                cursor.retry_pause = (cursor.retry_pause * 2).min(RETRY_MAX);
+                self.pending.push_back(Err(error));
+            }
+        }
+    }
+
+    fn read_cursor(&mut self, index: usize) -> Result<(), BusError> {
+        let partition = self.cursors[index].partition;
+        let mut page = PAGE;
+        if let Some(max_lag) = self.max_lag {
+            let head = self.feed.head(partition)?;
+            let next = self.cursors[index].next;
+            if head.saturating_sub(next) > max_lag {
+                let resume = head - max_lag;
+                self.pending.push_back(Ok(SubscriptionItem::Lagged {
+                    partition,
+                    skipped: resume - next,
+                    next_offset: resume,
+                }));
+                self.cursors[index].next = resume;
+            }
+            page = page.min(usize::try_from(max_lag).unwrap_or(usize::MAX).max(1));
+        }
+        let from = self.cursors[index].next;
+        let events = match self.feed.read(partition, from, page) {
+            Ok(events) => events,
+            Err(BusError::Integrity {
+                topic,
+                partition: bad_partition,
+                offset,
+                reason,
+            }) if bad_partition == partition && offset >= from => {
+                // Deliver the good records before the forged one, then the
+                // error naming it, then go on after it (contract C19).
+                let before = usize::try_from(offset - from).unwrap_or(usize::MAX);
+                if before > 0 {
+                    let events = self.feed.read(partition, from, before)?;
+                    self.push_events(index, events);
+                    if self.cursors[index].next < offset {
+                        return Ok(());
+                    }
+                }
+                self.pending.push_back(Err(BusError::Integrity {
+                    topic,
+                    partition: bad_partition,
+                    offset,
+                    reason,
+                }));
+                self.cursors[index].next = offset + 1;
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        self.push_events(index, events);
+        Ok(())
+    }
+
+    fn push_events(&mut self, index: usize, events: Vec<StoredEvent>) {
+        let partition = self.cursors[index].partition;
+        for event in events {
+            let next = self.cursors[index].next;
+            if event.offset < next {
+                continue;
+            }
+            if event.offset > next {
+                // Retention took these before they were read.
+                self.pending.push_back(Ok(SubscriptionItem::Lagged {
+                    partition,
+                    skipped: event.offset - next,
+                    next_offset: event.offset,
+                }));
+            }
+            self.cursors[index].next = event.offset + 1;
+            if self.key.as_deref().is_none_or(|key| key == event.key) {
+                self.pending.push_back(Ok(SubscriptionItem::Record {
+                    topic: self.topic.clone(),
+                    event,
+                }));
+            }
+        }
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<SubscriptionItem, BusError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.recv()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Backend machinery watching the bell stops with it.
+        self.bell.close();
+    }
+}
