@@ -4,7 +4,8 @@
 use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, StoredEvent, check_partition, partition_for, validate_key, validate_uid,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
+    partition_for, validate_key, validate_uid,
 };
 
 use crate::reader::lock;
@@ -177,5 +178,15 @@ impl EventBus for KafkaBus {
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
         self.publish_many(topic, records)
+    }
+
+    fn subscribe(
+        &self,
+        topic: &str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_live(topic, &selector, start, options)
     }
 }

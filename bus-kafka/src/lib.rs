@@ -55,6 +55,7 @@ mod reader;
 #[doc(hidden)]
 pub mod reference;
 mod registry;
+mod subscribe;
 
 pub use client::kafka_topic_name;
 pub use options::{DEFAULT_MANIFEST_TOPIC, KafkaOptions, SaslMechanism};
