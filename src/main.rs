@@ -80,15 +80,32 @@ enum Command {
         #[arg(long)]
         max: Option<usize>,
     },
-    /// Print a topic's records (all partitions unless one is named); --follow waits for new ones.
-    #[command(after_help = "Example: bus tail audit --follow")]
+    /// Print a topic's records as JSON lines through a live subscription; --follow keeps going.
+    #[command(
+        after_help = "Examples: bus tail audit --follow\n          bus tail audit --key agent-1 --from -10\n          bus tail audit --from end --follow --max-lag 1000"
+    )]
     Tail {
         /// Topic.
         topic: String,
         /// Only this partition.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "key")]
         partition: Option<u32>,
-        /// Keep printing new records as they arrive.
+        /// Only this key's records (read from its partition).
+        #[arg(long)]
+        key: Option<String>,
+        /// Start: beginning, end, an offset, or -N (the last N of one partition).
+        #[arg(long, default_value = "beginning", allow_hyphen_values = true)]
+        from: commands::TailFrom,
+        /// Start at the first record stored at or after this time (epoch ms).
+        #[arg(long, conflicts_with = "from")]
+        from_time: Option<u64>,
+        /// Stop after this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        /// When more than this many records behind, skip ahead and print a lag line.
+        #[arg(long)]
+        max_lag: Option<u64>,
+        /// Keep printing new records as they arrive (a live subscription).
         #[arg(long, short)]
         follow: bool,
     },
@@ -252,9 +269,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tail {
             topic,
             partition,
+            key,
+            from,
+            from_time,
+            count,
+            max_lag,
             follow,
         } => {
-            commands::tail(&url, &topic, partition, follow, &mut out)?;
+            let options = commands::TailOptions {
+                partition,
+                key,
+                from,
+                from_time,
+                count,
+                max_lag,
+                follow,
+            };
+            commands::tail(&url, &topic, &options, &mut out)?;
         }
         Command::Find { topic, key, uid } => {
             if !commands::find(
