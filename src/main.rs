@@ -147,6 +147,9 @@ enum Command {
         /// Only these backends (embedded, memory, nats, kafka); all reachable when omitted.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Seconds an idle subscription is watched for CPU use (0 skips it).
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
     },
     /// Run retention (embedded and memory; brokers expire natively).
     #[command(after_help = "Example: bus maintenance --now 1767225600000")]
@@ -308,6 +311,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             json,
             compare,
             only,
+            idle_secs,
         } => {
             let settings = cli::bench::Settings {
                 records,
@@ -315,7 +319,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 threads,
                 samples,
             };
-            cli::run_bench(settings, &only, json, compare.as_deref(), &mut out)?;
+            cli::run_bench(
+                settings,
+                std::time::Duration::from_secs(idle_secs),
+                &only,
+                json,
+                compare.as_deref(),
+                &mut out,
+            )?;
         }
         Command::Maintenance { now } => {
             let expired = commands::connect(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;
