@@ -78,6 +78,8 @@ pub(crate) struct WriterState {
     /// Length of the active segment's file: the frames, then zeros
     /// written ahead of `pos` (see [`ZERO_AHEAD_FRAMES_UNDER`]).
     pub allocated: u64,
+    /// The recovery point last stored (see `checkpoint`).
+    pub recovery_point: Option<crate::checkpoint::RecoveryPoint>,
 }
 
 #[derive(Debug, Default)]
@@ -554,18 +556,39 @@ impl Partition {
 
 impl Drop for Partition {
     /// A clean close leaves no zeros past the last frame (so a closed
-    /// segment ends with its last frame, as after a roll).
+    /// segment ends with its last frame, as after a roll) and records the
+    /// whole log as known complete: a closed segment found shorter on the
+    /// next open is damage, not a torn tail.
     fn drop(&mut self) {
         let writer = self
             .writer
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if writer.poisoned.is_some() || writer.allocated <= writer.pos {
+        if writer.poisoned.is_some() {
             return;
         }
         let files = &self.options.files;
-        if files.set_len(&writer.file, writer.pos).is_ok() {
-            let _ = files.sync_data(&writer.file);
+        let trim = writer.allocated > writer.pos;
+        if trim && files.set_len(&writer.file, writer.pos).is_err() {
+            return;
+        }
+        if (trim || writer.dirty) && files.sync_data(&writer.file).is_err() {
+            return;
+        }
+        writer.dirty = false;
+        if let Some(point) = writer.durable_point()
+            && writer.recovery_point != Some(point)
+        {
+            // Without it the next open treats this segment's tail as
+            // unverified, as after a crash: nothing is lost by failing here.
+            match crate::checkpoint::write(&self.dir, &point) {
+                Ok(()) => writer.recovery_point = Some(point),
+                Err(error) => log::warn!(
+                    "topic {} partition {}: recovery point not saved at close: {error}",
+                    self.topic,
+                    self.id
+                ),
+            }
         }
     }
 }

@@ -64,6 +64,13 @@ pub fn frame_starts(bytes: &[u8]) -> Vec<usize> {
     starts
 }
 
+/// The recovery point of partition `partition` of [`TOPIC`]: how far the
+/// log was known complete. Putting back an older copy after a session
+/// stands for that session having been killed before it closed.
+pub fn recovery_point(dir: &Path, partition: u32) -> PathBuf {
+    bus_embedded::testing::recovery_point_path(dir, TOPIC, partition)
+}
+
 /// Opens `dir` with default options.
 pub fn open(dir: &Path) -> EmbeddedBus {
     EmbeddedBus::open(dir).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
