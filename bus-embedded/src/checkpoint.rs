@@ -6,9 +6,10 @@
 //! It is written atomically (temp file, fsync, rename, directory fsync) and
 //! only when what it claims is already durable: when a partition is opened
 //! (after recovery), when a segment is sealed, when the bus closes cleanly,
-//! and by [`Partition::save_recovery_point`] (`maintenance`). Never per
-//! publish: the frames themselves are checksummed, and the publish path
-//! keeps its single fsync.
+//! by [`Partition::save_recovery_point`] (`maintenance`), and when the
+//! writer extends the zeros it writes ahead (once per up to 4 MiB). Never
+//! per publish: the frames themselves are checksummed, and the publish
+//! path keeps its single fsync.
 
 use std::path::{Path, PathBuf};
 

@@ -477,8 +477,10 @@ impl Partition {
         files
             .write_all_at(&writer.file, &bytes, writer.pos)
             .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+        let allocated = writer.allocated;
         self.zero_ahead(writer, writer.pos + len, len)
             .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+        let extended = writer.allocated > allocated.max(writer.pos + len);
         match self.options.durability {
             Durability::Sync => files
                 .sync_data(&writer.file)
@@ -497,6 +499,14 @@ impl Partition {
             writer.last_indexed = Some(pos);
         }
         writer.active_uids.extend(new_uids.iter().cloned());
+        if extended && let Err(error) = self.store_point(writer) {
+            // The frame is durable; only the recovery point stays behind.
+            log::warn!(
+                "topic {} partition {}: recovery point not advanced: {error}",
+                self.topic,
+                self.id
+            );
+        }
         let mut read = self.read_mut();
         let read = &mut *read;
         if let Some(active) = read.segments.last_mut() {
@@ -517,7 +527,8 @@ impl Partition {
     /// and durability is `Sync` (under `Interval`, frames written into
     /// zeros could reach the disk out of order, and recovery could no
     /// longer tell an unsynced tail from damage). Written in the same round
-    /// as the frame, so one fsync covers both.
+    /// as the frame, so one fsync covers both. Each extension (once per up
+    /// to 4 MiB) also advances the recovery point, after that fsync.
     fn zero_ahead(&self, writer: &mut WriterState, end: u64, len: u64) -> std::io::Result<()> {
         if end <= writer.allocated {
             return Ok(());

@@ -11,11 +11,11 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use bus_core::{BusError, EventBus};
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, provision, segments};
+use support::{TOPIC, copy_tree, provision, segments};
 
 /// Records published one by one (one frame each) in every state.
 const ACKED: usize = 12;
@@ -45,21 +45,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// Copies the tree `from` into `to` (a snapshot of an open bus is the
-/// state `kill -9` would leave: what it wrote is in the page cache).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// Start positions of the frames of a segment, and where the last ends

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use bus_core::{BatchRecord, BusError, EventBus, StoredEvent};
 use bus_embedded::{EmbeddedBus, Options};
 use support::{
-    TOPIC, assert_gap_free, frame_starts, open, provision, read_all, recovery_point, segments,
-    value_for,
+    TOPIC, assert_gap_free, copy_tree, frame_starts, open, provision, read_all, recovery_point,
+    segments, value_for,
 };
 
 fn uid(i: usize) -> String {
@@ -405,6 +405,41 @@ fn a_damaged_or_dangling_recovery_point_is_corruption() {
     std::fs::remove_file(active).unwrap();
     match EmbeddedBus::open(dir.path()) {
         Err(BusError::Corrupt { location, .. }) => assert_eq!(Path::new(&location), active),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+/// Each time the writer extends the zeros written ahead it advances the
+/// recovery point (after that round's fsync), so a crashed writer's log
+/// cut below it is reported even without a clean close or `maintenance`.
+#[test]
+fn zeros_written_ahead_advance_the_recovery_point() {
+    let live = tempfile::tempdir().unwrap();
+    let bus = open(live.path());
+    provision(&bus, 1);
+    let log = segments(live.path(), 0)[0].clone();
+    let mut n = 0;
+    // The first frame gets 16 KiB of zeros; the next extension comes past them.
+    while std::fs::metadata(&log).unwrap().len() < 40 << 10 {
+        publish(&bus, n, 1);
+        n += 1;
+    }
+    let crashed = tempfile::tempdir().unwrap();
+    copy_tree(live.path(), crashed.path());
+    drop(bus);
+    let log = segments(crashed.path(), 0)[0].clone();
+    let bytes = std::fs::read(&log).unwrap();
+    assert_eq!(bytes.last(), Some(&0), "zeros written ahead");
+    let starts = frame_starts(&bytes[..16 << 10]);
+    let cut = starts[starts.len() / 2] + 3;
+    std::fs::write(&log, &bytes[..cut]).unwrap();
+    match EmbeddedBus::open(crashed.path()) {
+        Err(BusError::Corrupt {
+            location, offset, ..
+        }) => {
+            assert_eq!(Path::new(&location), log);
+            assert_eq!(offset, (starts.len() / 2) as u64);
+        }
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
