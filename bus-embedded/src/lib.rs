@@ -31,9 +31,11 @@
 //! DIR/topics/<name>/p0000/<base:020>.log     segment; the name is its first offset
 //! DIR/topics/<name>/p0000/<base:020>.idx     sparse index of a sealed segment
 //! DIR/topics/<name>/p0000/<base:020>.uids    UIDs of a sealed segment
+//! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```
 
 mod broker;
+mod checkpoint;
 mod fetch;
 mod frame;
 mod fsutil;
