@@ -66,7 +66,8 @@ fn args() -> Args {
 }
 
 fn event(i: usize, sent_ns: u128) -> Value {
-    json!({"seq": i, "sent_ns": sent_ns as u64, "agent": "agent-1", "body": "x".repeat(140)})
+    let sent_ns = u64::try_from(sent_ns).unwrap_or(u64::MAX);
+    json!({"seq": i, "sent_ns": sent_ns, "agent": "agent-1", "body": "x".repeat(140)})
 }
 
 /// A raw consumer assigned to partition 0 of `kafka_topic` at `offset`,
@@ -100,7 +101,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
-    let rank = ((sorted.len() - 1) as f64 * p).round() as usize;
+    let last = sorted.len() - 1;
+    let rank = (0..=last)
+        .find(|&rank| rank as f64 >= last as f64 * p)
+        .unwrap_or(last);
     sorted[rank]
 }
 
