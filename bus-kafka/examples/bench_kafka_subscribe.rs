@@ -266,13 +266,34 @@ fn fanout(bus: &KafkaBus, brokers: &str, subscribers: usize, count: usize, raw: 
 
 /// utime + stime of this process, in clock ticks.
 fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    stat_ticks("/proc/self/stat")
+}
+
+/// utime + stime from a `stat` file of procfs.
+fn stat_ticks(path: &str) -> u64 {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or_default();
     let fields: Vec<&str> = after.split_whitespace().collect();
     // Fields 14 and 15 of the file; `after` starts at field 3.
     let utime: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
     let stime: u64 = fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
     utime + stime
+}
+
+/// Each thread of this process: its name and CPU ticks so far.
+fn thread_ticks() -> std::collections::HashMap<String, (String, u64)> {
+    let mut out = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let tid = entry.file_name().to_string_lossy().into_owned();
+        let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let ticks = stat_ticks(&format!("/proc/self/task/{tid}/stat"));
+        out.insert(tid, (name.trim().to_owned(), ticks));
+    }
+    out
 }
 
 /// This process's CPU share over `secs` with one idle subscription (or
@@ -284,6 +305,7 @@ fn idle_cpu(bus: &KafkaBus, secs: u64, subscribed: bool) -> (f64, u64) {
     );
     provision(bus, &topic);
     let _ = bus.offsets(&topic, 0);
+    let bus_threads = thread_ticks();
     let mut sub = subscribed.then(|| {
         bus.subscribe(
             &topic,
@@ -296,6 +318,7 @@ fn idle_cpu(bus: &KafkaBus, secs: u64, subscribed: bool) -> (f64, u64) {
     // Let connections settle first.
     std::thread::sleep(Duration::from_secs(2));
     let before = cpu_ticks();
+    let threads_before = thread_ticks();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(secs) {
         let left = Duration::from_secs(secs).saturating_sub(started.elapsed());
@@ -305,6 +328,29 @@ fn idle_cpu(bus: &KafkaBus, secs: u64, subscribed: bool) -> (f64, u64) {
         }
     }
     let ticks = cpu_ticks() - before;
+    // The subscription's threads are those started by `subscribe`.
+    let (mut own, mut others) = (0, 0);
+    let mut busy: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for (tid, (name, after)) in thread_ticks() {
+        if let Some((_, before)) = threads_before.get(&tid) {
+            let spent = after.saturating_sub(*before);
+            if bus_threads.contains_key(&tid) {
+                others += spent;
+                *busy.entry(name).or_default() += spent;
+            } else {
+                own += spent;
+            }
+        }
+    }
+    busy.retain(|_, ticks| *ticks > 0);
+    let what = if subscribed {
+        "with one subscription"
+    } else {
+        "without subscriptions"
+    };
+    println!(
+        "idle {secs}s {what}: process {ticks} ticks; the subscription's threads {own}; the bus's and others' {others}, by name {busy:?}"
+    );
     drop(sub);
     let _ = bus.delete_topics(&[topic]);
     // Linux reports ticks of 1/100 s.
