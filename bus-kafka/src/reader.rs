@@ -44,6 +44,8 @@ struct Slot {
     next: Option<u64>,
     /// The last high watermark seen.
     high: u64,
+    /// Fetching is paused (the consumer is at the high watermark).
+    paused: bool,
     last_used: u64,
 }
 
@@ -103,6 +105,7 @@ impl Pool {
             consumer: client::reader(options)?,
             next: None,
             high: 0,
+            paused: false,
             last_used: clock,
         }));
         state.slots.insert(key, Arc::clone(&slot));
@@ -163,13 +166,42 @@ impl Pool {
         from: u64,
         max: usize,
         deadline: Instant,
-        mut each: impl FnMut(RawMessage<'_>) -> T,
+        each: impl FnMut(RawMessage<'_>) -> T,
     ) -> Result<Vec<T>, BusError> {
         if max == 0 {
             return Ok(Vec::new());
         }
         let slot = self.slot(options, topic, partition)?;
         let mut slot = lock(&slot);
+        if slot.paused {
+            slot.paused = false;
+            pause(options, &slot.consumer, topic, partition, false)?;
+        }
+        let read = self.read_slot(
+            options, &mut slot, topic, partition, from, max, deadline, each,
+        );
+        // Caught up: stop fetching until the next read, so an idle slot
+        // sends no Fetch requests.
+        if slot.next.is_some_and(|next| next >= slot.high)
+            && pause(options, &slot.consumer, topic, partition, true).is_ok()
+        {
+            slot.paused = true;
+        }
+        read
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read_slot<T>(
+        &self,
+        options: &KafkaOptions,
+        slot: &mut Slot,
+        topic: &str,
+        partition: i32,
+        from: u64,
+        max: usize,
+        deadline: Instant,
+        mut each: impl FnMut(RawMessage<'_>) -> T,
+    ) -> Result<Vec<T>, BusError> {
         let sequential = slot.next == Some(from) && from < slot.high;
         let mut next = from;
         if !sequential {
@@ -243,6 +275,24 @@ fn assign(
     list.add_partition_offset(topic, partition, Offset::Offset(offset))
         .and_then(|()| consumer.assign(&list))
         .map_err(|error| map_error(options, "assigning a partition", error))
+}
+
+/// Pauses or resumes fetching one partition.
+pub(crate) fn pause(
+    options: &KafkaOptions,
+    consumer: &Reader,
+    topic: &str,
+    partition: i32,
+    paused: bool,
+) -> Result<(), BusError> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, partition);
+    let done = if paused {
+        consumer.pause(&list)
+    } else {
+        consumer.resume(&list)
+    };
+    done.map_err(|error| map_error(options, "pausing a partition", error))
 }
 
 pub(crate) fn watermarks(

@@ -33,6 +33,8 @@ pub(crate) struct Registry {
     consumer: Reader,
     /// Next offset of the manifest topic to read.
     next: u64,
+    /// Fetching is paused between refreshes, so an idle bus sends no Fetch.
+    paused: bool,
     entries: BTreeMap<String, Entry>,
 }
 
@@ -47,6 +49,7 @@ impl Registry {
         Ok(Self {
             consumer,
             next: 0,
+            paused: false,
             entries: BTreeMap::new(),
         })
     }
@@ -81,6 +84,13 @@ impl Registry {
             meta.fetch_watermarks(topic, 0, remaining(deadline).min(Duration::from_secs(1)))
         })?;
         let high = u64::try_from(high).unwrap_or(0);
+        if self.next >= high {
+            return Ok(());
+        }
+        if self.paused {
+            crate::reader::pause(options, &self.consumer, topic, 0, false)?;
+            self.paused = false;
+        }
         while self.next < high {
             if Instant::now() >= deadline {
                 return Err(client::timed_out(options, "reading the manifest topic"));
@@ -113,6 +123,7 @@ impl Registry {
                 None => self.entries.remove(name),
             };
         }
+        self.paused = crate::reader::pause(options, &self.consumer, topic, 0, true).is_ok();
         Ok(())
     }
 }
