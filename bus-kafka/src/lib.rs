@@ -23,6 +23,10 @@
 //!   watermark and are reused for sequential replay.
 //! - UIDs are deduplicated by an in-process index per partition, warmed from
 //!   the partition's tail covering the topic's dedup window.
+//! - A live subscription owns one consumer, assigned (no group, no commits)
+//!   at its start offsets, and a thread that awaits librdkafka's wake-up,
+//!   decodes each record as `fetch` does and rings the subscription's
+//!   doorbell; see `subscribe.rs`.
 //!
 //! ```no_run
 //! use bus_core::{EventBus, Manifest, TopicSpec};
