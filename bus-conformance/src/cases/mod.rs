@@ -45,6 +45,8 @@ macro_rules! __for_each_case {
             c05_fetch_ranges_and_limits,
             c05_fetch_at_end_returns_promptly,
             c05_values_round_trip_exactly,
+            c05_values_at_the_depth_limit_round_trip,
+            c05_too_deep_values_are_refused,
             c05_paged_replay_is_complete,
             c05_batch_publish_acks_in_order,
             c06_retry_returns_original_ack,
