@@ -9,7 +9,7 @@ use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, StoredEvent, TopicSpec, check_partition, encode_value, now_ms, partition_for,
-    resolve_uid, validate_key, validate_uid,
+    resolve_uid, validate_key, validate_topic, validate_uid,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -167,6 +167,7 @@ impl MemoryBus {
 
 impl Store {
     fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
         read(&self.topics)
             .get(name)
             .cloned()

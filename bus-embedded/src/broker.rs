@@ -14,7 +14,7 @@ use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, StoredEvent, check_partition, encode_value, partition_for, resolve_uid,
-    validate_key, validate_uid,
+    validate_key, validate_topic, validate_uid,
 };
 
 use crate::frame::NewRecord;
@@ -187,6 +187,7 @@ impl EmbeddedBus {
 
 impl Inner {
     fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
         read(&self.topics)
             .get(name)
             .cloned()

@@ -10,7 +10,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, StoredEvent, check_partition, partition_for, validate_key,
-    validate_topic_name, validate_uid,
+    validate_topic, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};
@@ -113,11 +113,9 @@ impl NatsBus {
     /// The topic from the cache, else from the server (another process may
     /// have provisioned it). Unknown topics create nothing (contract C2).
     fn topic(&self, name: &str) -> Result<Arc<TopicState>, BusError> {
+        validate_topic(name)?;
         if let Some(state) = self.shared.cached(name) {
             return Ok(state);
-        }
-        if validate_topic_name(name).is_err() {
-            return Err(BusError::UnknownTopic(name.to_owned()));
         }
         let owned = name.to_owned();
         let spec = self.run("topic lookup", move |shared| async move {

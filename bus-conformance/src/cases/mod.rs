@@ -36,6 +36,7 @@ macro_rules! __for_each_case {
             c01_look_alike_names_are_distinct,
             c01_provisioned_topics_survive_reopen,
             c02_unknown_topic_is_refused_and_not_created,
+            c02_invalid_topic_names_are_invalid_arguments,
             c02_unknown_partition_is_an_error,
             c03_keys_land_on_partition_for,
             c04_offsets_start_at_zero_and_grow_by_one,
