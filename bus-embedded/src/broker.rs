@@ -119,7 +119,7 @@ impl EmbeddedBus {
         record: NewRecord,
     ) -> Result<u64, BusError> {
         let topic = self.inner.topic(topic)?;
-        let offsets = topic.partition(partition)?.append(vec![record], None)?;
+        let offsets = topic.partition(partition)?.append_foreign(vec![record])?;
         offsets
             .first()
             .copied()

@@ -222,28 +222,20 @@ impl EventBus for NatsBus {
                 .await
                 .map_err(|error| BusError::Backend(format!("stream {stream}: {error}")))?;
             // The server's per-subject index answers; nothing is scanned.
-            if let Some(auth) = shared.auth() {
-                let lookup = UidSubject {
-                    stream: &handle,
-                    subject: &subject,
-                    topic: &name,
-                    partition,
-                    uid: &uid,
-                    auth: &auth,
-                    what: &what,
-                };
-                return Ok(match lookup.resolve().await? {
-                    Resolved::Authentic(sequence) => Some(sequence),
-                    Resolved::Absent { .. } => None,
-                });
-            }
-            match handle.direct_get_last_for_subject(subject).await {
-                Ok(message) => Ok(Some(message.sequence)),
-                Err(error) if error.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
-                    Ok(None)
-                }
-                Err(error) => Err(unavailable(format!("{what}: {error}"))),
-            }
+            let auth = shared.auth();
+            let lookup = UidSubject {
+                stream: &handle,
+                subject: &subject,
+                topic: &name,
+                partition,
+                uid: &uid,
+                auth: auth.as_ref(),
+                what: &what,
+            };
+            Ok(match lookup.resolve().await? {
+                Resolved::Authentic(sequence) => Some(sequence),
+                Resolved::Absent { .. } => None,
+            })
         })?;
         Ok(sequence.map(|sequence| PublishAck {
             topic: topic.to_owned(),

@@ -59,6 +59,7 @@ macro_rules! __for_each_case {
             c06_empty_metadata_uid_is_no_uid,
             c07_find_by_uid,
             c07_find_after_reopen,
+            c07_replayed_record_does_not_answer_for_its_uid,
             c08_concurrent_publishers_get_distinct_offsets,
             c08_concurrent_fetch_sees_gap_free_prefix,
             c09_works_inside_tokio_runtimes,
@@ -78,6 +79,7 @@ macro_rules! __for_each_case {
             c14_another_key_rejects_after_reopen,
             c14_tag_binds_the_partition,
             c14_forged_uid_does_not_capture_dedup,
+            c14_replayed_record_does_not_take_the_originals_place,
             c16_second_open_is_refused
         }
     };
