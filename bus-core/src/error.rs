@@ -72,6 +72,19 @@ pub enum BusError {
         /// The topic's limit.
         limit: u64,
     },
+    /// A value nests arrays and objects deeper than the bus can read back
+    /// ([`crate::record::MAX_JSON_DEPTH`]).
+    #[error(
+        "value for topic {topic:?} nests {depth} levels of arrays and objects, over the limit of {limit} (nothing stored; flatten the value or carry its deep part as a string)"
+    )]
+    TooDeep {
+        /// Topic concerned.
+        topic: String,
+        /// How deep the value nests.
+        depth: usize,
+        /// The most the bus accepts.
+        limit: usize,
+    },
     /// A stored record failed its checksum or authentication tag.
     #[error(
         "integrity failure in topic {topic:?} partition {partition} at offset {offset}: {reason} (the record is not returned; fetch from offset {next} to skip it deliberately)",

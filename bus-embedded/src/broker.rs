@@ -14,7 +14,7 @@ use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, StoredEvent, check_partition, encode_value, partition_for, resolve_uid,
-    validate_key, validate_uid,
+    validate_key, validate_topic, validate_uid,
 };
 
 use crate::frame::NewRecord;
@@ -119,7 +119,7 @@ impl EmbeddedBus {
         record: NewRecord,
     ) -> Result<u64, BusError> {
         let topic = self.inner.topic(topic)?;
-        let offsets = topic.partition(partition)?.append(vec![record], None)?;
+        let offsets = topic.partition(partition)?.append_foreign(vec![record])?;
         offsets
             .first()
             .copied()
@@ -187,6 +187,7 @@ impl EmbeddedBus {
 
 impl Inner {
     fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
         read(&self.topics)
             .get(name)
             .cloned()

@@ -99,6 +99,9 @@ struct Request {
     /// The publisher's key: stored UIDs count for dedup only when their
     /// record authenticates under it.
     auth: Option<RecordAuth>,
+    /// False for records written as given, the way a foreign writer would
+    /// (test hook): their UIDs are not deduplicated.
+    dedup: bool,
     /// Where the publisher waits: only the publishers of a finished round
     /// are woken, and the next leader alone.
     slot: Arc<Slot>,
@@ -255,10 +258,25 @@ impl Partition {
         records: Vec<NewRecord>,
         auth: Option<RecordAuth>,
     ) -> Result<Vec<u64>, BusError> {
+        self.submit(records, auth, true)
+    }
+
+    /// Appends `records` as given, UIDs already stored or not, as a foreign
+    /// writer of the files would (test hook for contract C14).
+    pub(crate) fn append_foreign(&self, records: Vec<NewRecord>) -> Result<Vec<u64>, BusError> {
+        self.submit(records, None, false)
+    }
+
+    fn submit(
+        &self,
+        records: Vec<NewRecord>,
+        auth: Option<RecordAuth>,
+        dedup: bool,
+    ) -> Result<Vec<u64>, BusError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        if records.iter().all(|r| r.uid.is_some()) {
+        if dedup && records.iter().all(|r| r.uid.is_some()) {
             let mut known = Vec::with_capacity(records.len());
             for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
                 match self.find_uid(uid, auth.as_ref())? {
@@ -275,6 +293,7 @@ impl Partition {
         queue.pending.push(Request {
             records,
             auth,
+            dedup,
             slot: Arc::clone(&own),
         });
         if queue.leading {
@@ -414,12 +433,15 @@ impl Partition {
             let mut mine = Vec::with_capacity(request.records.len());
             for (record, known) in request.records.iter().zip(known) {
                 if let Some(uid) = record.uid.as_deref() {
-                    if let Some(offset) = fresh.get(uid).copied().or(known) {
+                    if !request.dedup {
+                        new_uids.push((uid.to_owned(), next));
+                    } else if let Some(offset) = fresh.get(uid).copied().or(known) {
                         mine.push(offset);
                         continue;
+                    } else {
+                        fresh.insert(uid, next);
+                        new_uids.push((uid.to_owned(), next));
                     }
-                    fresh.insert(uid, next);
-                    new_uids.push((uid.to_owned(), next));
                 }
                 to_write.push(record);
                 mine.push(next);
@@ -456,8 +478,8 @@ impl Partition {
             .records
             .iter()
             .map(|record| match record.uid.as_deref() {
-                Some(uid) => self.find_uid(uid, request.auth.as_ref()),
-                None => Ok(None),
+                Some(uid) if request.dedup => self.find_uid(uid, request.auth.as_ref()),
+                _ => Ok(None),
             })
             .collect()
     }
@@ -643,6 +665,7 @@ mod tests {
                 value: vec![b'1'; value_bytes],
             }],
             auth: None,
+            dedup: true,
             slot: Arc::new(Slot::new()),
         }
     }
