@@ -31,8 +31,10 @@
 //! DIR/topics/<name>/p0000/<base:020>.log     segment; the name is its first offset
 //! DIR/topics/<name>/p0000/<base:020>.idx     sparse index of a sealed segment
 //! DIR/topics/<name>/p0000/<base:020>.uids    UIDs of a sealed segment
+//! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
 //! ```
 
+mod acked;
 mod broker;
 mod fetch;
 mod frame;
@@ -40,11 +42,14 @@ mod fsutil;
 mod index;
 mod options;
 mod partition;
+mod readonly;
 mod recovery;
 mod retention;
 mod segment;
+mod subscribe;
 mod topic;
 mod uidmap;
+mod watch;
 
 #[doc(hidden)]
 pub mod testing;
