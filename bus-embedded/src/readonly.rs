@@ -179,8 +179,8 @@ fn load_sealed(
 
 impl Partition {
     /// Brings this read-only partition's view up to what the writer has
-    /// acked. Cheap when nothing changed: one read of the marker (and one
-    /// `stat` of the oldest segment, which retention may have deleted).
+    /// acked. Cheap when nothing changed: one read of the marker and one
+    /// `stat` of the oldest segment (which retention may have deleted).
     pub(crate) fn refresh(&self) -> Result<(), BusError> {
         // A read-only partition has no writer: its lock orders refreshes.
         let _refreshing = lock(&self.writer);
@@ -200,7 +200,9 @@ impl Partition {
         let (active, oldest) = {
             let read = self.reader();
             let active = read.segments.last().map(|s| (s.base, s.index.len));
-            let oldest = (read.segments.len() > 1).then(|| read.segments[0].path.clone());
+            // Even the only one: retention rolls an old active segment
+            // before deleting it, without a new round to move the marker.
+            let oldest = read.segments.first().map(|s| s.path.clone());
             (active, oldest)
         };
         let rolled = match (limit, active) {

@@ -121,8 +121,11 @@ fn dropping_the_bus_ends_its_subscriptions() {
         .unwrap();
     drop(bus);
     drop(reader);
-    assert!(writer_sub.recv().is_none());
-    assert!(reader_sub.recv().is_none());
+    for sub in [&mut writer_sub, &mut reader_sub] {
+        assert!(sub.recv_timeout(DEADLINE).unwrap().is_none());
+        assert!(sub.is_closed(), "ended, not timed out");
+        assert!(sub.recv().is_none());
+    }
     // Nothing of the closed bus is held: the directory opens again.
     drop(EmbeddedBus::open(dir.path()).unwrap());
 }
@@ -253,14 +256,23 @@ fn assert_read_only(result: Result<impl std::fmt::Debug, BusError>, operation: &
 fn a_read_only_open_refuses_writes_and_changes_no_file() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let writer = EmbeddedBus::open(dir.path()).unwrap();
+        let options = Options::default().segment_bytes(1);
+        let writer = EmbeddedBus::open_with(dir.path(), options).unwrap();
         provision(&writer, "t", 1);
-        writer
-            .publish_idempotent("t", "k", &json!({"n": 0}), "u0")
-            .unwrap();
+        for n in 0..4 {
+            let uid = format!("u{n}");
+            writer
+                .publish_idempotent("t", "k", &json!({ "n": n }), &uid)
+                .unwrap();
+        }
     }
+    let pdir = dir.path().join("topics/t/p0000");
+    assert_eq!(log_files(dir.path()), 4, "one segment per record");
+    // Missing hints a writer would rebuild on disk: the reader must not.
+    std::fs::remove_file(pdir.join("00000000000000000000.idx")).unwrap();
+    std::fs::remove_file(pdir.join("00000000000000000001.uids")).unwrap();
     // A torn tail the next writer would truncate: the reader must not.
-    let segment = dir.path().join("topics/t/p0000/00000000000000000000.log");
+    let segment = pdir.join("00000000000000000003.log");
     let mut file = std::fs::OpenOptions::new()
         .append(true)
         .open(&segment)
@@ -271,15 +283,13 @@ fn a_read_only_open_refuses_writes_and_changes_no_file() {
 
     let reader = EmbeddedBus::open_read_only(dir.path()).unwrap();
     assert_eq!(reader.topics(), vec!["t".to_owned()]);
-    assert_eq!(reader.fetch("t", 0, 0, 10).unwrap().len(), 1);
-    assert_eq!(reader.offsets("t", 0).unwrap().next, 1);
-    assert_eq!(
-        reader
-            .find_event_by_uid("t", "k", "u0")
-            .unwrap()
-            .map(|a| a.offset),
-        Some(0)
-    );
+    assert_eq!(reader.fetch("t", 0, 0, 10).unwrap().len(), 4);
+    assert_eq!(reader.offsets("t", 0).unwrap().next, 4);
+    for n in 0..4 {
+        let uid = format!("u{n}");
+        let found = reader.find_event_by_uid("t", "k", &uid).unwrap();
+        assert_eq!(found.map(|a| a.offset), Some(n));
+    }
     reader.set_control_key([7; 32]).unwrap();
     let mut sub = reader
         .subscribe(
@@ -289,11 +299,13 @@ fn a_read_only_open_refuses_writes_and_changes_no_file() {
             SubscribeOptions::default(),
         )
         .unwrap();
-    // The record is unsigned: under a control key it is an integrity error.
-    assert!(matches!(
-        sub.recv_timeout(DEADLINE),
-        Err(BusError::Integrity { offset: 0, .. })
-    ));
+    // The records are unsigned: under a control key each is an integrity error.
+    for n in 0..4 {
+        assert!(matches!(
+            sub.recv_timeout(DEADLINE),
+            Err(BusError::Integrity { offset, .. }) if offset == n
+        ));
+    }
     drop(sub);
     let value = json!({"n": 1});
     assert_read_only(reader.publish("t", "k", &value), "publish");
