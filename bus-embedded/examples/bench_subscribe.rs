@@ -14,6 +14,8 @@
 //! - fan-out: N records are published first (batches of 1000), then 64
 //!   subscribers (`StartAt::Beginning`, one thread each) read them all;
 //!   records delivered per second in total.
+//! - acked-end store: what a `Sync` writer adds per round so readers in
+//!   other processes see only acked records (one 24-byte `pwrite`).
 //! - idle: the process's CPU ticks (`/proc/self/stat`) over S seconds while
 //!   one subscription of the writer and one of a read-only open wait.
 #![allow(
@@ -24,6 +26,7 @@
     missing_docs
 )]
 
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -107,6 +110,9 @@ fn cpu_ticks() -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// `USER_HZ` on Linux: the unit of `/proc/self/stat` times.
+const HZ: f64 = 100.0;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str| args.iter().position(|a| a == name).map(|i| i + 1);
@@ -154,13 +160,25 @@ fn main() {
     let subs: Vec<Subscription> = (0..subscribers)
         .map(|_| subscribe(&writer, "fan", StartAt::Beginning))
         .collect();
-    let start = Instant::now();
+    let (start, ticks_before) = (Instant::now(), cpu_ticks());
     let threads: Vec<_> = subs
         .into_iter()
         .map(|sub| std::thread::spawn(move || receive_all(sub, records as usize).len()))
         .collect();
     let delivered: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     let fan_out = delivered as f64 / start.elapsed().as_secs_f64();
+    let fan_out_cpu = delivered as f64 / ((cpu_ticks() - ticks_before) as f64 / HZ);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+
+    // What a Sync writer adds per round for readers in other processes:
+    // the acked-end store (one 24-byte pwrite).
+    let probe = std::fs::File::create(dir.join("acked-probe")).unwrap();
+    let stores = 100_000u32;
+    let store_start = Instant::now();
+    for i in 0..u64::from(stores) {
+        probe.write_all_at(&[i as u8; 24], 0).unwrap();
+    }
+    let store_us = store_start.elapsed().as_secs_f64() * 1e6 / f64::from(stores);
 
     let idle_writer = subscribe(&writer, "idle", StartAt::Now);
     let idle_reader = subscribe(&reader, "idle", StartAt::Now);
@@ -185,6 +203,7 @@ fn main() {
         waiter.join().unwrap();
     }
 
+    println!("load average while running: {}", load.trim());
     println!(
         "dir {}; latency: {samples} serial publishes (Sync, ~200 B); fan-out: {records} records published first, then read by {subscribers} subscribers",
         dir.display()
@@ -237,10 +256,25 @@ fn main() {
         0.0,
         ">= 500000",
     );
-    let hz = 100.0; // USER_HZ on Linux
+    row(
+        "fan-out, 64 subscribers, per CPU second",
+        fan_out_cpu,
+        "rec/s",
+        "",
+        0.0,
+        "",
+    );
+    row(
+        "acked-end store (24 B pwrite), per Sync round",
+        store_us,
+        "us",
+        "publish ack p50",
+        own.ack_p50,
+        "",
+    );
     row(
         &format!("CPU while 2 subscriptions idle {idle_secs} s"),
-        idle_ticks as f64 / hz / idle_secs as f64 * 100.0,
+        idle_ticks as f64 / HZ / idle_secs as f64 * 100.0,
         "%",
         "",
         0.0,

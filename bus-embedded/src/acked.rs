@@ -2,20 +2,26 @@
 //!
 //! A writer writes frames before it fsyncs them, so a reader that trusted
 //! every whole frame in a segment could deliver a record that an OS crash
-//! or power loss takes back before its publisher was acked. The writer
-//! therefore stores, after every round, the point up to which records are
-//! acked (after the fsync under `Durability::Sync`, after the write under
-//! `Durability::Interval`, when it acks): `pNNNN/acked`, 24 bytes, the
-//! active segment's base offset and its acked length (u64 LE each) and a
-//! CRC-32C of the two. It is rewritten in place and never fsynced: readers
-//! on the same machine share the page cache, and every writer open stores
-//! it again after recovery. One `pwrite` per round; its cost is measured in
-//! `examples/bench_embedded.rs`.
+//! or power loss takes back before its publisher was acked. Under
+//! `Durability::Sync` the writer therefore stores, after every round's
+//! fsync, the point up to which records are acked: `pNNNN/acked`, 24 bytes,
+//! the active segment's base offset and its acked length (u64 LE each) and
+//! a CRC-32C of the two. It is rewritten in place and never fsynced:
+//! readers on the same machine share the page cache, and every writer open
+//! stores it again after recovery. One `pwrite` per round, about 2 µs
+//! (`examples/bench_subscribe.rs`), beside a round's fsync.
+//!
+//! Under `Durability::Interval` a record is acked once written, so whole
+//! frames are exactly what is acked (a killed writer's whole frames survive
+//! its recovery; a power loss takes acked records in that mode anyway): the
+//! writer stores "every whole frame" once when it opens, and nothing per
+//! round, which would cost a third of a publish there.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::options::Durability;
 use crate::partition::Partition;
 
 /// File name of the marker, in the partition directory.
@@ -35,9 +41,13 @@ pub(crate) enum Limit {
     /// (or is being provisioned); every whole frame is shown.
     Whole,
     /// Segments below `base` wholly, segment `base` up to `len` bytes,
-    /// nothing of later ones.
+    /// nothing of later ones. [`EVERY_WHOLE_FRAME`] shows all whole frames.
     Acked { base: u64, len: u64 },
 }
+
+/// The marker of a writer under `Durability::Interval`: every whole frame
+/// is acked.
+pub(crate) const EVERY_WHOLE_FRAME: (u64, u64) = (u64::MAX, u64::MAX);
 
 impl Limit {
     /// The bytes of the segment starting at `base` that may be shown.
@@ -120,7 +130,7 @@ impl Partition {
     /// A writer's round is acked and visible to fetch: tell readers in
     /// other processes (the marker) and subscriptions of this bus.
     pub(crate) fn announce(&self, base: u64, len: u64) {
-        if let Some(marker) = self.acked.get() {
+        if let (Durability::Sync, Some(marker)) = (self.options.durability, self.acked.get()) {
             // A failed store only delays readers in other processes until
             // the next round; failing an already durable round would be worse.
             let _ = marker.store(base, len);
@@ -132,10 +142,14 @@ impl Partition {
     /// recovery made its whole frames durable).
     pub(crate) fn start_acked_end(&self) -> std::io::Result<()> {
         let marker = AckedEnd::create(&self.dir)?;
-        {
-            let writer = crate::partition::lock(&self.writer);
-            marker.store(writer.base, writer.pos)?;
-        }
+        let (base, len) = match self.options.durability {
+            Durability::Sync => {
+                let writer = crate::partition::lock(&self.writer);
+                (writer.base, writer.pos)
+            }
+            Durability::Interval(_) => EVERY_WHOLE_FRAME,
+        };
+        marker.store(base, len)?;
         let _ = self.acked.set(marker);
         Ok(())
     }
@@ -162,5 +176,7 @@ mod tests {
         assert_eq!(limit.of(10), 300);
         assert_eq!(limit.of(20), 0);
         assert_eq!(Limit::Whole.of(20), u64::MAX);
+        let (base, len) = EVERY_WHOLE_FRAME;
+        assert_eq!(Limit::Acked { base, len }.of(20), u64::MAX);
     }
 }

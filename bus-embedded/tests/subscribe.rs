@@ -434,3 +434,27 @@ fn a_reader_follows_a_writer_in_another_process() {
     assert!(child.wait().unwrap().success());
     assert!(sub.try_recv().unwrap().is_none(), "nothing twice");
 }
+
+#[test]
+fn a_read_only_open_follows_an_interval_writer_across_rolls() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options::default()
+        .durability(bus_embedded::Durability::Interval(60_000))
+        .segment_bytes(400);
+    let writer = EmbeddedBus::open_with(dir.path(), options).unwrap();
+    provision(&writer, "t", 1);
+    let reader = EmbeddedBus::open_read_only(dir.path()).unwrap();
+    let mut sub = reader
+        .subscribe(
+            "t",
+            Selector::Topic,
+            StartAt::Now,
+            SubscribeOptions::default(),
+        )
+        .unwrap();
+    // Acked at the write in this mode: visible before any fsync.
+    publish_range(&writer, "t", 0..30);
+    assert_each_once_in_order(&receive(&mut sub, 30), 30);
+    assert!(log_files(dir.path()) > 3, "the writer rolled segments");
+    assert_eq!(reader.offsets("t", 0).unwrap().next, 30);
+}
