@@ -80,15 +80,32 @@ enum Command {
         #[arg(long)]
         max: Option<usize>,
     },
-    /// Print a topic's records (all partitions unless one is named); --follow waits for new ones.
-    #[command(after_help = "Example: bus tail audit --follow")]
+    /// Print a topic's records as JSON lines through a live subscription; --follow keeps going.
+    #[command(
+        after_help = "Examples: bus tail audit --follow\n          bus tail audit --key agent-1 --from -10\n          bus tail audit --from end --follow --max-lag 1000"
+    )]
     Tail {
         /// Topic.
         topic: String,
         /// Only this partition.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "key")]
         partition: Option<u32>,
-        /// Keep printing new records as they arrive.
+        /// Only this key's records (read from its partition).
+        #[arg(long)]
+        key: Option<String>,
+        /// Start: beginning, end, an offset, or -N (the last N of one partition).
+        #[arg(long, default_value = "beginning", allow_hyphen_values = true)]
+        from: commands::TailFrom,
+        /// Start at the first record stored at or after this time (epoch ms).
+        #[arg(long, conflicts_with = "from")]
+        from_time: Option<u64>,
+        /// Stop after this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        /// When more than this many records behind, skip ahead and print a lag line.
+        #[arg(long)]
+        max_lag: Option<u64>,
+        /// Keep printing new records as they arrive (a live subscription).
         #[arg(long, short)]
         follow: bool,
     },
@@ -130,6 +147,9 @@ enum Command {
         /// Only these backends (embedded, memory, nats, kafka); all reachable when omitted.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Seconds an idle subscription is watched for CPU use (0 skips it).
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
     },
     /// Run retention (embedded and memory; brokers expire natively).
     #[command(after_help = "Example: bus maintenance --now 1767225600000")]
@@ -252,9 +272,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tail {
             topic,
             partition,
+            key,
+            from,
+            from_time,
+            count,
+            max_lag,
             follow,
         } => {
-            commands::tail(&url, &topic, partition, follow, &mut out)?;
+            let options = commands::TailOptions {
+                partition,
+                key,
+                from,
+                from_time,
+                count,
+                max_lag,
+                follow,
+            };
+            commands::tail(&url, &topic, &options, &mut out)?;
         }
         Command::Find { topic, key, uid } => {
             if !commands::find(
@@ -277,6 +311,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             json,
             compare,
             only,
+            idle_secs,
         } => {
             let settings = cli::bench::Settings {
                 records,
@@ -284,7 +319,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 threads,
                 samples,
             };
-            cli::run_bench(settings, &only, json, compare.as_deref(), &mut out)?;
+            cli::run_bench(
+                settings,
+                std::time::Duration::from_secs(idle_secs),
+                &only,
+                json,
+                compare.as_deref(),
+                &mut out,
+            )?;
         }
         Command::Maintenance { now } => {
             let expired = commands::connect(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;

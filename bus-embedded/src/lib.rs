@@ -32,10 +32,12 @@
 //! DIR/topics/<name>/p0000/<base:020>.idx     sparse index of a sealed segment
 //! DIR/topics/<name>/p0000/<base:020>.uids    UIDs of a sealed segment
 //! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
+//! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```
 
 mod acked;
 mod broker;
+mod checkpoint;
 mod fetch;
 mod frame;
 mod fsutil;

@@ -81,6 +81,8 @@ pub(crate) struct WriterState {
     /// Length of the active segment's file: the frames, then zeros
     /// written ahead of `pos` (see [`ZERO_AHEAD_FRAMES_UNDER`]).
     pub allocated: u64,
+    /// The recovery point last stored (see `checkpoint`).
+    pub recovery_point: Option<crate::checkpoint::RecoveryPoint>,
 }
 
 #[derive(Debug, Default)]
@@ -486,8 +488,10 @@ impl Partition {
         files
             .write_all_at(&writer.file, &bytes, writer.pos)
             .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+        let allocated = writer.allocated;
         self.zero_ahead(writer, writer.pos + len, len)
             .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+        let extended = writer.allocated > allocated.max(writer.pos + len);
         match self.options.durability {
             Durability::Sync => files
                 .sync_data(&writer.file)
@@ -506,6 +510,14 @@ impl Partition {
             writer.last_indexed = Some(pos);
         }
         writer.active_uids.extend(new_uids.iter().cloned());
+        if extended && let Err(error) = self.store_point(writer) {
+            // The frame is durable; only the recovery point stays behind.
+            log::warn!(
+                "topic {} partition {}: recovery point not advanced: {error}",
+                self.topic,
+                self.id
+            );
+        }
         let mut read = self.read_mut();
         let read = &mut *read;
         if let Some(active) = read.segments.last_mut() {
@@ -526,7 +538,8 @@ impl Partition {
     /// and durability is `Sync` (under `Interval`, frames written into
     /// zeros could reach the disk out of order, and recovery could no
     /// longer tell an unsynced tail from damage). Written in the same round
-    /// as the frame, so one fsync covers both.
+    /// as the frame, so one fsync covers both. Each extension (once per up
+    /// to 4 MiB) also advances the recovery point, after that fsync.
     fn zero_ahead(&self, writer: &mut WriterState, end: u64, len: u64) -> std::io::Result<()> {
         if end <= writer.allocated {
             return Ok(());
@@ -565,18 +578,39 @@ impl Partition {
 
 impl Drop for Partition {
     /// A clean close leaves no zeros past the last frame (so a closed
-    /// segment ends with its last frame, as after a roll).
+    /// segment ends with its last frame, as after a roll) and records the
+    /// whole log as known complete: a closed segment found shorter on the
+    /// next open is damage, not a torn tail.
     fn drop(&mut self) {
         let writer = self
             .writer
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if writer.poisoned.is_some() || writer.allocated <= writer.pos {
+        if writer.poisoned.is_some() {
             return;
         }
         let files = &self.options.files;
-        if files.set_len(&writer.file, writer.pos).is_ok() {
-            let _ = files.sync_data(&writer.file);
+        let trim = writer.allocated > writer.pos;
+        if trim && files.set_len(&writer.file, writer.pos).is_err() {
+            return;
+        }
+        if (trim || writer.dirty) && files.sync_data(&writer.file).is_err() {
+            return;
+        }
+        writer.dirty = false;
+        if let Some(point) = writer.durable_point()
+            && writer.recovery_point != Some(point)
+        {
+            // Without it the next open treats this segment's tail as
+            // unverified, as after a crash: nothing is lost by failing here.
+            match crate::checkpoint::write(&self.dir, &point) {
+                Ok(()) => writer.recovery_point = Some(point),
+                Err(error) => log::warn!(
+                    "topic {} partition {}: recovery point not saved at close: {error}",
+                    self.topic,
+                    self.id
+                ),
+            }
         }
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn open_partition(
         poisoned: Some(READ_ONLY.to_owned()),
         dirty: false,
         allocated: 0,
+        recovery_point: None,
     };
     let partition = Partition::new(
         topic.to_owned(),

@@ -1,6 +1,8 @@
 //! Opening a partition: load the sealed segments' persisted indexes (or
 //! rebuild them), verify the active segment frame by frame, truncate an
-//! unacknowledged torn tail, and refuse damage inside acknowledged data.
+//! unacknowledged torn tail, and refuse damage inside acknowledged data:
+//! anything below the recovery point (see `checkpoint`) and any bad frame
+//! that a verified frame follows.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -8,6 +10,7 @@ use std::sync::Arc;
 
 use bus_core::BusError;
 
+use crate::checkpoint::{self, RecoveryPoint};
 use crate::fsutil;
 use crate::index::{self, SegmentIndex};
 use crate::options::Options;
@@ -31,8 +34,12 @@ pub(crate) fn open_partition(
 ) -> Result<Partition, BusError> {
     fsutil::create_dir(&dir)?;
     remove_temp_files(&dir)?;
+    let point = checkpoint::read(&dir)?;
     let mut bases = segment::list(&dir)?;
     if bases.is_empty() {
+        if let Some(point) = point.filter(|p| p.base > 0 || p.len > 0) {
+            return Err(missing(&dir, point));
+        }
         create_segment(&dir, 0)?;
         bases.push(0);
     }
@@ -43,11 +50,12 @@ pub(crate) fn open_partition(
         let path = segment::path(&dir, base, LOG);
         if let Some(expected) = expected
             && expected != base
+            && let Some(previous) = read.segments.last()
         {
             return Err(corrupt(
-                &path,
+                &previous.path,
                 expected,
-                format!("segment starts at offset {base} but the previous one ends at {expected}"),
+                format!("segment ends at offset {expected} but the next one starts at {base}"),
             ));
         }
         let (index, uids) = if i == last {
@@ -55,6 +63,20 @@ pub(crate) fn open_partition(
         } else {
             load_sealed(&dir, base, &path, options)?
         };
+        if let Some(point) = point
+            && point.base == base
+            && i != last
+            && (index.len < point.len || index.end < point.next)
+        {
+            return Err(corrupt(
+                &path,
+                index.end,
+                format!(
+                    "sealed segment holds {} bytes, offsets to {}; {} bytes, offsets to {} were known complete",
+                    index.len, index.end, point.len, point.next
+                ),
+            ));
+        }
         expected = Some(if i == last { base } else { index.end });
         read.uids.reserve(uids.len());
         for (uid, offset) in uids {
@@ -67,19 +89,78 @@ pub(crate) fn open_partition(
             file: None,
         });
     }
+    if let Some(point) = point
+        && bases.binary_search(&point.base).is_err()
+    {
+        return Err(missing(&dir, point));
+    }
     let base = bases[last];
+    // Only with a recovery point in this segment is part of it known complete.
+    let known = point.filter(|p| p.base == base);
     let path = segment::path(&dir, base, LOG);
     let file = fsutil::open_rw(&path, false)?;
-    let scan = segment::scan(&file, base, options.index_interval_bytes)?;
+    let scan = segment::scan_to_mark(
+        &file,
+        base,
+        options.index_interval_bytes,
+        known.map(|p| p.len),
+    )?;
     let file_len = file.metadata()?.len();
+    if let Some(known) = known
+        && scan.end_at_mark != Some(known.next)
+    {
+        let reason = match (&scan.fault, scan.end_at_mark) {
+            (_, Some(end)) => format!(
+                "frames end at offset {end} at byte {}, where offset {} was known complete",
+                known.len, known.next
+            ),
+            (Some((pos, reason)), None) => format!(
+                "{reason} at byte {pos}, below the {} bytes known complete",
+                known.len
+            ),
+            (None, None) => format!(
+                "segment is cut at byte {file_len}, below the {} bytes known complete",
+                known.len
+            ),
+        };
+        return Err(corrupt(&path, scan.end, reason));
+    }
+    // Past the recovery point nothing was known complete: a bad frame there
+    // is a torn tail unless a frame verifies after it. Without a recovery
+    // point (a partition from before they existed), the bad frame must
+    // also look torn.
+    let torn = if known.is_some() || point.is_some() {
+        !scan.resumes
+    } else {
+        scan.torn
+    };
     if let Some((pos, reason)) = &scan.fault
-        && !scan.torn
+        && !torn
     {
         return Err(corrupt(&path, scan.end, format!("{reason} at byte {pos}")));
     }
     if scan.valid_len < file_len {
         // Only the unacknowledged tail goes: bytes past the last whole frame.
+        let zeros = segment::all_zero(&file, scan.valid_len, file_len)?;
         file.set_len(scan.valid_len)?;
+        let dropped = file_len - scan.valid_len;
+        let why = scan
+            .fault
+            .as_ref()
+            .map_or("", |(_, reason)| reason.as_str());
+        if zeros {
+            log::info!(
+                "topic {topic} partition {id}: dropped {dropped} zero bytes written ahead past offset {} in {}",
+                scan.end,
+                path.display()
+            );
+        } else {
+            log::warn!(
+                "topic {topic} partition {id}: truncated a torn tail of {dropped} bytes ({why}) past offset {} in {}",
+                scan.end,
+                path.display()
+            );
+        }
     }
     // What a killed writer left in the page cache but never fsynced must be
     // durable before it becomes visible (and dedup answers for it).
@@ -91,6 +172,15 @@ pub(crate) fn open_partition(
         if hint.exists() {
             std::fs::remove_file(hint)?;
         }
+    }
+    // What recovery verified and synced is now known complete.
+    let recovered = RecoveryPoint {
+        base,
+        len: scan.valid_len,
+        next: scan.end,
+    };
+    if point != Some(recovered) {
+        checkpoint::write(&dir, &recovered)?;
     }
     let file = Arc::new(file);
     for (uid, offset) in &scan.uids {
@@ -106,6 +196,7 @@ pub(crate) fn open_partition(
         poisoned: None,
         dirty: false,
         allocated: scan.valid_len,
+        recovery_point: Some(recovered),
     };
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);
@@ -119,6 +210,18 @@ pub(crate) fn open_partition(
         writer,
         read,
     ))
+}
+
+/// The segment a recovery point names is gone.
+fn missing(dir: &Path, point: RecoveryPoint) -> BusError {
+    corrupt(
+        &segment::path(dir, point.base, LOG),
+        point.base,
+        format!(
+            "segment missing; {} bytes, offsets to {} were known complete",
+            point.len, point.next
+        ),
+    )
 }
 
 fn index_of(scan: &Scan) -> SegmentIndex {

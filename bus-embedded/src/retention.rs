@@ -99,6 +99,9 @@ impl Partition {
         writer.allocated = 0;
         writer.last_indexed = None;
         writer.active_uids.clear();
+        // The sealed segments are complete; so is the new one, empty.
+        self.store_point(writer)
+            .map_err(|e| format!("recovery point: {e}"))?;
         Ok(())
     }
 

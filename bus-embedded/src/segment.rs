@@ -137,10 +137,26 @@ pub(crate) struct Scan {
     /// its last, unsynced frame may have reached the disk in any order of
     /// its pages, so its header is no guide to where it ends).
     pub torn: bool,
+    /// Whether a frame verifies after the stop: the bad bytes were written
+    /// (and acked) before it, so they are damage, never a torn tail.
+    pub resumes: bool,
+    /// With a mark: the offset after the frames that end exactly at that
+    /// byte, when the verified frames reach it at a frame boundary.
+    pub end_at_mark: Option<u64>,
 }
 
 /// Verifies every frame of the segment `file` (base offset `base`).
 pub(crate) fn scan(file: &File, base: u64, index_interval: u64) -> std::io::Result<Scan> {
+    scan_to_mark(file, base, index_interval, None)
+}
+
+/// [`scan`], also noting where the frames stand at byte `mark`.
+pub(crate) fn scan_to_mark(
+    file: &File,
+    base: u64,
+    index_interval: u64,
+    mark: Option<u64>,
+) -> std::io::Result<Scan> {
     let file_len = file.metadata()?.len();
     let mut out = Scan {
         end: base,
@@ -150,6 +166,9 @@ pub(crate) fn scan(file: &File, base: u64, index_interval: u64) -> std::io::Resu
     let mut last_indexed: Option<u64> = None;
     loop {
         let pos = reader.pos();
+        if mark == Some(pos) {
+            out.end_at_mark = Some(out.end);
+        }
         let Some(next) = reader.next_frame()? else {
             break;
         };
@@ -187,10 +206,11 @@ pub(crate) fn scan(file: &File, base: u64, index_interval: u64) -> std::io::Resu
         };
         // A frame that verifies further on proves the bad one was written
         // (and acked) before it: damage, not a torn tail.
-        out.torn = (fault == Fault::Short
-            || frame_reaches_end(file, pos, file_len)?
-            || ends_with_zero(file, file_len)?)
-            && next_verified_frame(file, pos + 1, file_len, out.end)?.is_none();
+        out.resumes = next_verified_frame(file, pos + 1, file_len, out.end)?.is_some();
+        out.torn = !out.resumes
+            && (fault == Fault::Short
+                || frame_reaches_end(file, pos, file_len)?
+                || ends_with_zero(file, file_len)?);
         out.fault = Some((pos, fault.to_string()));
         break;
     }
@@ -219,11 +239,15 @@ fn frame_reaches_end(file: &File, pos: u64, file_len: u64) -> std::io::Result<bo
     if pos + PREFIX as u64 + frame::body_len(&prefix) >= file_len {
         return Ok(true);
     }
+    all_zero(file, pos, file_len)
+}
+
+/// Whether bytes `from..to` of `file` are all zero.
+pub(crate) fn all_zero(file: &File, from: u64, to: u64) -> std::io::Result<bool> {
     let mut rest = vec![0u8; CHUNK];
-    let mut at = pos;
-    while at < file_len {
-        let n =
-            usize::try_from((file_len - at).min(CHUNK as u64)).map_err(std::io::Error::other)?;
+    let mut at = from;
+    while at < to {
+        let n = usize::try_from((to - at).min(CHUNK as u64)).map_err(std::io::Error::other)?;
         file.read_exact_at(&mut rest[..n], at)?;
         if rest[..n].iter().any(|&b| b != 0) {
             return Ok(false);

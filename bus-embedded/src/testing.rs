@@ -41,3 +41,9 @@ pub fn partition_dir(dir: &Path, topic: &str, partition: u32) -> std::path::Path
         .join(crate::topic::dir_name(topic))
         .join(format!("p{partition:04}"))
 }
+
+/// The recovery-point file of `topic`/`partition` under the data directory
+/// `dir` (tests restore an older one to stand for a crash before close).
+pub fn recovery_point_path(dir: &Path, topic: &str, partition: u32) -> std::path::PathBuf {
+    crate::checkpoint::path(&partition_dir(dir, topic, partition))
+}

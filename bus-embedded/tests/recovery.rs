@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use bus_core::{BatchRecord, BusError, EventBus, StoredEvent};
 use bus_embedded::{EmbeddedBus, Options};
 use support::{
-    TOPIC, assert_gap_free, frame_starts, open, provision, read_all, segments, value_for,
+    TOPIC, assert_gap_free, copy_tree, frame_starts, open, provision, read_all, recovery_point,
+    segments, value_for,
 };
 
 fn uid(i: usize) -> String {
@@ -60,6 +61,7 @@ fn torn_tail_at_every_byte_of_the_last_frame() {
     let before = std::fs::metadata(&segments(dir.path(), 0)[0])
         .unwrap()
         .len();
+    let point = std::fs::read(recovery_point(dir.path(), 0)).unwrap();
     {
         let bus = open(dir.path());
         let batch: Vec<BatchRecord> = (10..13)
@@ -70,8 +72,14 @@ fn torn_tail_at_every_byte_of_the_last_frame() {
     let log = segments(dir.path(), 0)[0].clone();
     let full = std::fs::read(&log).unwrap();
     assert!(full.len() as u64 > before + 8);
+    // The session that wrote the batch was killed before it closed: the
+    // batch's frame was never known complete, so any cut of it is a torn tail.
+    let crash = |bytes: &[u8]| {
+        std::fs::write(&log, bytes).unwrap();
+        std::fs::write(recovery_point(dir.path(), 0), &point).unwrap();
+    };
     for cut in before as usize..full.len() {
-        std::fs::write(&log, &full[..cut]).unwrap();
+        crash(&full[..cut]);
         let bus = open(dir.path());
         assert_records(&read_all(&bus, 0).unwrap(), 10);
         assert_eq!(bus.find_event_by_uid(TOPIC, "k", &uid(11)).unwrap(), None);
@@ -83,7 +91,7 @@ fn torn_tail_at_every_byte_of_the_last_frame() {
         let ack = bus.publish(TOPIC, "k", &value_for("after", 0)).unwrap();
         assert_eq!(ack.offset, 10, "cut at {cut}");
     }
-    std::fs::write(&log, &full).unwrap();
+    crash(&full);
     let bus = open(dir.path());
     assert_records(&read_all(&bus, 0).unwrap(), 13);
 }
@@ -94,12 +102,22 @@ fn torn_tail_at_every_byte_of_the_last_frame() {
 /// unacknowledged tail, while damage to an earlier frame is still refused.
 #[test]
 fn torn_writes_into_zeros_written_ahead() {
-    let (dir, log, full) = closed_log(11);
+    // Ten records closed cleanly, then a session killed while writing the
+    // eleventh: the recovery point is still the one of the clean close.
+    let (dir, _, _) = closed_log(10);
+    let point = std::fs::read(recovery_point(dir.path(), 0)).unwrap();
+    publish(&open(dir.path()), 10, 1);
+    let log = segments(dir.path(), 0)[0].clone();
+    let full = std::fs::read(&log).unwrap();
     let last = *frame_starts(&full).last().unwrap();
     let zeros = vec![0u8; 64 << 10];
     let with_tail = |bytes: &[u8]| [bytes, &zeros].concat();
-    let check = |bytes: Vec<u8>, what: &str| {
+    let crash = |bytes: Vec<u8>| {
         std::fs::write(&log, bytes).unwrap();
+        std::fs::write(recovery_point(dir.path(), 0), &point).unwrap();
+    };
+    let check = |bytes: Vec<u8>, what: &str| {
+        crash(bytes);
         let bus = open(dir.path());
         let events = read_all(&bus, 0).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_records(&events, 10);
@@ -124,7 +142,7 @@ fn torn_writes_into_zeros_written_ahead() {
     let mut bytes = full.clone();
     let second = frame_starts(&full)[1];
     bytes[second + 12] ^= 0x40;
-    std::fs::write(&log, with_tail(&bytes)).unwrap();
+    crash(with_tail(&bytes));
     match EmbeddedBus::open(dir.path()) {
         Err(BusError::Corrupt { offset, .. }) => assert_eq!(offset, 1),
         other => panic!("expected Corrupt, got {other:?}"),
@@ -350,4 +368,78 @@ fn a_gap_between_segments_is_corruption() {
         EmbeddedBus::open(dir.path()),
         Err(BusError::Corrupt { .. })
     ));
+}
+
+#[test]
+fn a_cut_of_a_cleanly_closed_segment_is_corruption() {
+    let (dir, log, bytes) = closed_log(5);
+    for cut in [1, 40, bytes.len() - frame_starts(&bytes)[4]] {
+        std::fs::write(&log, &bytes[..bytes.len() - cut]).unwrap();
+        match EmbeddedBus::open(dir.path()) {
+            Err(BusError::Corrupt {
+                location, offset, ..
+            }) => {
+                assert_eq!(Path::new(&location), log, "cut {cut}");
+                assert_eq!(offset, 4, "names the first record cut, cut {cut}");
+            }
+            other => panic!("cut {cut}: expected Corrupt, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_damaged_or_dangling_recovery_point_is_corruption() {
+    // A crash cannot tear a file replaced atomically.
+    let (dir, _, _) = closed_log(3);
+    let point = recovery_point(dir.path(), 0);
+    let mut bytes = std::fs::read(&point).unwrap();
+    bytes[6] ^= 1;
+    std::fs::write(&point, &bytes).unwrap();
+    match EmbeddedBus::open(dir.path()) {
+        Err(BusError::Corrupt { location, .. }) => assert_eq!(Path::new(&location), point),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // The active segment it names is gone; the sealed ones before it are whole.
+    let (dir, logs) = sealed_dir();
+    let active = logs.last().unwrap();
+    std::fs::remove_file(active).unwrap();
+    match EmbeddedBus::open(dir.path()) {
+        Err(BusError::Corrupt { location, .. }) => assert_eq!(Path::new(&location), active),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+/// Each time the writer extends the zeros written ahead it advances the
+/// recovery point (after that round's fsync), so a crashed writer's log
+/// cut below it is reported even without a clean close or `maintenance`.
+#[test]
+fn zeros_written_ahead_advance_the_recovery_point() {
+    let live = tempfile::tempdir().unwrap();
+    let bus = open(live.path());
+    provision(&bus, 1);
+    let log = segments(live.path(), 0)[0].clone();
+    let mut n = 0;
+    // The first frame gets 16 KiB of zeros; the next extension comes past them.
+    while std::fs::metadata(&log).unwrap().len() < 40 << 10 {
+        publish(&bus, n, 1);
+        n += 1;
+    }
+    let crashed = tempfile::tempdir().unwrap();
+    copy_tree(live.path(), crashed.path());
+    drop(bus);
+    let log = segments(crashed.path(), 0)[0].clone();
+    let bytes = std::fs::read(&log).unwrap();
+    assert_eq!(bytes.last(), Some(&0), "zeros written ahead");
+    let starts = frame_starts(&bytes[..16 << 10]);
+    let cut = starts[starts.len() / 2] + 3;
+    std::fs::write(&log, &bytes[..cut]).unwrap();
+    match EmbeddedBus::open(crashed.path()) {
+        Err(BusError::Corrupt {
+            location, offset, ..
+        }) => {
+            assert_eq!(Path::new(&location), log);
+            assert_eq!(offset, (starts.len() / 2) as u64);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
 }

@@ -17,7 +17,9 @@ use bus_core::{BatchRecord, BusError, EventBus, Manifest, TopicSpec};
 use bus_embedded::testing::{FileLayer, append_raw_record};
 use bus_embedded::{EmbeddedBus, Options};
 use serde_json::json;
-use support::{TOPIC, frame_starts, open, provision, read_all, segments, value_for};
+use support::{
+    TOPIC, frame_starts, open, provision, read_all, recovery_point, segments, value_for,
+};
 
 fn publish(bus: &dyn EventBus, n: usize) {
     for i in 0..n {
@@ -63,8 +65,15 @@ fn torn_tail_is_still_truncated() {
     {
         let bus = open(dir.path());
         provision(&bus, 1);
-        publish(&bus, 5);
+        publish(&bus, 4);
     }
+    // The fifth record's session is killed before it closes: its frame
+    // lies past the recovery point of the clean close before it.
+    let point = std::fs::read(recovery_point(dir.path(), 0)).unwrap();
+    let ack = open(dir.path())
+        .publish_idempotent(TOPIC, "k", &value_for("u4", 4), "u4")
+        .unwrap();
+    assert_eq!(ack.offset, 4);
     let log = segments(dir.path(), 0)[0].clone();
     let bytes = std::fs::read(&log).unwrap();
     let last = *frame_starts(&bytes).last().unwrap();
@@ -75,6 +84,7 @@ fn torn_tail_is_still_truncated() {
         b
     }] {
         std::fs::write(&log, &tail).unwrap();
+        std::fs::write(recovery_point(dir.path(), 0), &point).unwrap();
         let bus = open(dir.path());
         assert_eq!(read_all(&bus, 0).unwrap().len(), 4);
         assert_eq!(std::fs::metadata(&log).unwrap().len(), last as u64);

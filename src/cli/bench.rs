@@ -45,7 +45,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn new(backend: &str, phase: &str) -> Self {
+    pub(crate) fn new(backend: &str, phase: &str) -> Self {
         Self {
             backend: backend.to_owned(),
             phase: phase.to_owned(),
@@ -59,7 +59,7 @@ impl Row {
         }
     }
 
-    fn throughput(
+    pub(crate) fn throughput(
         mut self,
         records: usize,
         bytes: usize,
@@ -72,7 +72,7 @@ impl Row {
         self.latencies(latencies)
     }
 
-    fn latencies(mut self, latencies: &mut [Duration]) -> Self {
+    pub(crate) fn latencies(mut self, latencies: &mut [Duration]) -> Self {
         if !latencies.is_empty() {
             latencies.sort_unstable();
             // Nearest-rank percentiles: index = ceil(n * pct / 100) - 1.
@@ -83,6 +83,15 @@ impl Row {
             self.p50_us = Some(at(50));
             self.p99_us = Some(at(99));
         }
+        self
+    }
+
+    /// Attaches a latency reference (`ratio` = p50 / reference p50: lower
+    /// is better).
+    pub fn against_latency(mut self, reference: &str, reference_p50_us: f64) -> Self {
+        self.reference = Some(reference.to_owned());
+        self.reference_value = Some(reference_p50_us);
+        self.ratio = self.p50_us.map(|p50| p50 / reference_p50_us.max(1e-9));
         self
     }
 

@@ -178,61 +178,215 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     }
 }
 
-/// `tail`: every record of the named partition (all partitions when none),
-/// then, with `follow`, new records as they arrive until interrupted.
+/// Where `tail` starts: `beginning`, `end` (alias `now`), an offset, or
+/// `-N` (the last N records of each partition read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailFrom {
+    /// The oldest retained record.
+    Beginning,
+    /// Records acked from now on.
+    End,
+    /// This offset (one partition or key).
+    Offset(u64),
+    /// The last N records of each partition.
+    Last(u64),
+}
+
+impl std::str::FromStr for TailFrom {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "beginning" | "start" => Ok(Self::Beginning),
+            "end" | "now" => Ok(Self::End),
+            _ => if let Some(last) = text.strip_prefix('-') {
+                last.parse().map(Self::Last)
+            } else {
+                text.parse().map(Self::Offset)
+            }
+            .map_err(|_| {
+                format!("{text:?} is not beginning, end, an offset or -N (the last N records)")
+            }),
+        }
+    }
+}
+
+/// What `tail` reads and how.
+#[derive(Debug, Clone)]
+pub struct TailOptions {
+    /// Only this partition.
+    pub partition: Option<u32>,
+    /// Only this key's records (read from its partition).
+    pub key: Option<String>,
+    /// Where to start.
+    pub from: TailFrom,
+    /// Start at the first record stored at or after this epoch-ms time.
+    pub from_time: Option<u64>,
+    /// Stop after this many records.
+    pub count: Option<u64>,
+    /// Skip ahead (with a lag line) when more than this many records behind.
+    pub max_lag: Option<u64>,
+    /// Keep following the live tail.
+    pub follow: bool,
+}
+
+/// `tail`: the records of a topic (one partition or key when named) from a
+/// position, through a live subscription: to the end of what is stored when
+/// it starts, or on with `follow`. One JSON line per record and one per lag
+/// notice; an integrity failure is reported on stderr and skipped.
 pub fn tail(
     url: &str,
     topic: &str,
-    partition: Option<u32>,
-    follow: bool,
+    options: &TailOptions,
     out: &mut impl Write,
 ) -> Result<(), BusError> {
-    let first = connect(url)?;
-    let partitions: Vec<u32> = match partition {
-        Some(partition) => vec![partition],
-        None => (0..first.partitions(topic)?).collect(),
+    use bus::{Selector, StartAt, SubscribeOptions};
+
+    let bus = connect_reader(url)?;
+    let selector = match (&options.key, options.partition) {
+        (Some(key), _) => Selector::Key(key.clone()),
+        (None, Some(partition)) => Selector::Partition(partition),
+        (None, None) => Selector::Topic,
     };
-    let exclusive = first.capabilities().exclusive_open;
-    let mut bus = Some(first);
-    let mut next: Vec<u64> = vec![0; partitions.len()];
-    let mut idle = Duration::from_millis(5);
+    let start = match (options.from_time, options.from) {
+        (Some(time), _) => StartAt::Time(time),
+        (None, TailFrom::Beginning) => StartAt::Beginning,
+        (None, TailFrom::End) => StartAt::Now,
+        (None, TailFrom::Offset(offset)) => StartAt::Offset(offset),
+        (None, TailFrom::Last(last)) => {
+            return tail_last(bus.as_ref(), topic, &selector, last, options, out);
+        }
+    };
+    let mut subscription_options = SubscribeOptions::default();
+    if let Some(max_lag) = options.max_lag {
+        subscription_options = subscription_options.max_lag(max_lag);
+    }
+    let subscription = bus.subscribe(topic, selector, start, subscription_options)?;
+    drain(bus.as_ref(), topic, subscription, options, out)
+}
+
+fn tail_last(
+    bus: &dyn EventBus,
+    topic: &str,
+    selector: &bus::Selector,
+    last: u64,
+    options: &TailOptions,
+    out: &mut impl Write,
+) -> Result<(), BusError> {
+    use bus::{Selector, StartAt, SubscribeOptions};
+
+    let partition = match selector {
+        Selector::Partition(partition) => *partition,
+        Selector::Key(key) => partition_for(key, bus.partitions(topic)?),
+        Selector::Topic => {
+            return Err(BusError::invalid(
+                "--from",
+                "-N needs --partition or --key (the last N of one partition)",
+            ));
+        }
+    };
+    let offsets = bus.offsets(topic, partition)?;
+    let start = offsets.next.saturating_sub(last).max(offsets.first);
+    let mut subscription_options = SubscribeOptions::default();
+    if let Some(max_lag) = options.max_lag {
+        subscription_options = subscription_options.max_lag(max_lag);
+    }
+    let subscription = bus.subscribe(
+        topic,
+        selector.clone(),
+        StartAt::Offset(start),
+        subscription_options,
+    )?;
+    drain(bus, topic, subscription, options, out)
+}
+
+/// Prints a subscription's items until the end of what was stored when it
+/// began (or forever with `follow`), at most `count` records.
+fn drain(
+    bus: &dyn EventBus,
+    topic: &str,
+    mut subscription: bus::Subscription,
+    options: &TailOptions,
+    out: &mut impl Write,
+) -> Result<(), BusError> {
+    use bus::SubscriptionItem;
+
+    let ends: Vec<(u32, u64)> = subscription
+        .positions()
+        .iter()
+        .map(|&(partition, _)| Ok((partition, bus.offsets(topic, partition)?.next)))
+        .collect::<Result<_, BusError>>()?;
+    let at_end = |subscription: &bus::Subscription| {
+        subscription
+            .positions()
+            .iter()
+            .zip(&ends)
+            .all(|(&(_, position), &(_, end))| position >= end)
+    };
+    let mut printed = 0u64;
     loop {
-        let current = match bus.take() {
-            Some(current) => current,
-            None => connect(url)?,
-        };
-        let mut any = false;
-        for (slot, &partition) in partitions.iter().enumerate() {
-            loop {
-                let page = current.fetch(topic, partition, next[slot], PAGE)?;
-                let Some(last) = page.last() else { break };
-                next[slot] = last.offset + 1;
-                any = true;
-                for event in &page {
-                    writeln!(out, "{}", serde_json::to_string(event)?)?;
+        if options.count.is_some_and(|count| printed >= count) {
+            break;
+        }
+        if !options.follow && at_end(&subscription) {
+            break;
+        }
+        match subscription.recv_timeout(Duration::from_millis(500)) {
+            Ok(Some(SubscriptionItem::Record { topic, event })) => {
+                printed += 1;
+                writeln!(out, "{}", record_line(&topic, &event))?;
+                out.flush()?;
+            }
+            Ok(Some(SubscriptionItem::Lagged {
+                partition,
+                skipped,
+                next_offset,
+            })) => {
+                let line = serde_json::json!({"lagged": {
+                    "topic": topic, "partition": partition,
+                    "skipped": skipped, "next_offset": next_offset,
+                }});
+                writeln!(out, "{line}")?;
+                out.flush()?;
+            }
+            Ok(None) => {
+                if subscription.is_closed() {
+                    break;
                 }
             }
+            Err(error @ BusError::Integrity { .. }) => {
+                eprintln!("bus: {error}");
+            }
+            Err(error) if error.is_transient() && options.follow => {
+                eprintln!("bus: {error} (retrying)");
+            }
+            Err(error) => return Err(error),
         }
-        out.flush()?;
-        if !follow {
-            return Ok(());
-        }
-        // An embedded directory admits one process at a time: let go of it
-        // between polls so publishers can get in.
-        if exclusive {
-            drop(current);
-        } else {
-            bus = Some(current);
-        }
-        // The trait has no push subscription, so followers poll, backing off
-        // to 200 ms while idle.
-        idle = if any {
-            Duration::from_millis(5)
-        } else {
-            (idle * 2).min(Duration::from_millis(200))
-        };
-        std::thread::sleep(idle);
     }
+    Ok(())
+}
+
+/// One record as a JSON line: topic, partition, offset, key, UID (when the
+/// value carries one), stored_at and value.
+pub fn record_line(topic: &str, event: &bus::StoredEvent) -> serde_json::Value {
+    let mut line = serde_json::json!({
+        "topic": topic,
+        "partition": event.partition,
+        "offset": event.offset,
+        "key": event.key,
+        "stored_at": event.stored_at,
+        "value": event.value,
+    });
+    if let Some(uid) = bus::embedded_uid(&event.value) {
+        line["uid"] = uid.into();
+    }
+    line
+}
+
+/// Opens `url` for reading beside a writer: an embedded directory is opened
+/// read-only (no lock taken, so publishers are never kept out).
+pub fn connect_reader(url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    connect(url)
 }
 
 /// `find`: the ack of the record with `uid`.

@@ -1,6 +1,7 @@
 //! The `bus` command's pieces.
 
 pub mod bench;
+pub mod bench_subscribe;
 pub mod commands;
 pub mod progress;
 pub mod references;
@@ -31,6 +32,7 @@ fn bench_targets() -> Vec<(&'static str, String)> {
 /// `bus bench`: every reachable backend, one table.
 pub fn run_bench(
     settings: bench::Settings,
+    idle: std::time::Duration,
     only: &[String],
     json: bool,
     compare: Option<&std::path::Path>,
@@ -56,6 +58,13 @@ pub fn run_bench(
             }
         };
         let mut measured = bench::run_trait_phases(bus.as_ref(), backend, &tag, settings)?;
+        measured.extend(bench_subscribe::run(
+            bus.as_ref(),
+            backend,
+            &tag,
+            settings,
+            idle,
+        )?);
         references::attach(
             bus.as_ref(),
             backend,

@@ -8,6 +8,7 @@ mod input;
 mod offsets;
 mod provision;
 mod retention;
+mod subscribe;
 
 pub use auth::*;
 pub use concurrency::*;
@@ -17,6 +18,7 @@ pub use input::*;
 pub use offsets::*;
 pub use provision::*;
 pub use retention::*;
+pub use subscribe::*;
 
 /// Every case's name, in suite order.
 pub const ALL: &[&str] = &crate::__for_each_case!([crate::__case_name_list]);
@@ -75,7 +77,19 @@ macro_rules! __for_each_case {
             c14_another_key_rejects_after_reopen,
             c14_tag_binds_the_partition,
             c14_forged_uid_does_not_capture_dedup,
-            c16_second_open_is_refused
+            c16_second_open_is_refused,
+            c17_key_subscriber_sees_only_its_key,
+            c17_topic_subscriber_sees_every_partition_in_order,
+            c17_history_then_live_has_no_gap_or_duplicate,
+            c17_start_positions,
+            c17_subscribe_errors,
+            c17_drop_disturbs_no_other,
+            c17_idle_wait_returns_in_time_and_wakes_on_publish,
+            c18_bounded_lag_reports_the_dropped_prefix_then_keeps_working,
+            c18_subscriber_that_keeps_up_never_lags,
+            c18_many_subscribers_lag_independently,
+            c18_retention_overtaking_a_slow_subscriber_is_reported,
+            c19_forged_record_is_an_error_item_then_goes_on
         }
     };
 }

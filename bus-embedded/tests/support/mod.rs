@@ -64,6 +64,28 @@ pub fn frame_starts(bytes: &[u8]) -> Vec<usize> {
     starts
 }
 
+/// The recovery point of partition `partition` of [`TOPIC`]: how far the
+/// log was known complete. Putting back an older copy after a session
+/// stands for that session having been killed before it closed.
+pub fn recovery_point(dir: &Path, partition: u32) -> PathBuf {
+    bus_embedded::testing::recovery_point_path(dir, TOPIC, partition)
+}
+
+/// Copies the tree `from` into `to`. A copy of an open bus's directory is
+/// the state `kill -9` would leave: what it wrote is in the page cache.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// Opens `dir` with default options.
 pub fn open(dir: &Path) -> EmbeddedBus {
     EmbeddedBus::open(dir).unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))

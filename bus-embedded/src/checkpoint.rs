@@ -1,0 +1,159 @@
+//! A partition's recovery point: how far its log is known to be complete
+//! (Kafka's recovery-point checkpoint). Recovery refuses damage below it as
+//! [`BusError::Corrupt`] and treats only the bytes past it as a tail a crash
+//! may have torn.
+//!
+//! It is written atomically (temp file, fsync, rename, directory fsync) and
+//! only when what it claims is already durable: when a partition is opened
+//! (after recovery), when a segment is sealed, when the bus closes cleanly,
+//! by [`Partition::save_recovery_point`] (`maintenance`), and when the
+//! writer extends the zeros it writes ahead (once per up to 4 MiB). Never
+//! per publish: the frames themselves are checksummed, and the publish
+//! path keeps its single fsync.
+
+use std::path::{Path, PathBuf};
+
+use bus_core::BusError;
+
+use crate::fsutil;
+use crate::partition::{Partition, WriterState, lock};
+
+/// File name inside the partition directory.
+pub(crate) const FILE: &str = "recovery-point";
+const MAGIC: &[u8; 4] = b"BRP1";
+const LEN: usize = 4 + 3 * 8 + 4;
+
+/// The first `len` bytes of segment `base` are complete, fsynced frames
+/// whose records end at offset `next`; every segment before it is sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecoveryPoint {
+    pub base: u64,
+    pub len: u64,
+    pub next: u64,
+}
+
+pub(crate) fn path(dir: &Path) -> PathBuf {
+    dir.join(FILE)
+}
+
+pub(crate) fn encode(point: &RecoveryPoint) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LEN);
+    out.extend_from_slice(MAGIC);
+    for word in [point.base, point.len, point.next] {
+        out.extend_from_slice(&word.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// `None` unless `bytes` are exactly one intact recovery point.
+pub(crate) fn decode(bytes: &[u8]) -> Option<RecoveryPoint> {
+    if bytes.len() != LEN || !bytes.starts_with(MAGIC) {
+        return None;
+    }
+    let (body, crc) = bytes.split_at(LEN - 4);
+    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
+        return None;
+    }
+    let word = |i: usize| {
+        let at = 4 + i * 8;
+        body[at..at + 8].try_into().ok().map(u64::from_le_bytes)
+    };
+    let point = RecoveryPoint {
+        base: word(0)?,
+        len: word(1)?,
+        next: word(2)?,
+    };
+    (point.next >= point.base).then_some(point)
+}
+
+/// The partition's recovery point; `None` when it has none yet (a
+/// partition written before recovery points existed). A damaged one is
+/// `Corrupt`: an atomic replace cannot be torn by a crash.
+pub(crate) fn read(dir: &Path) -> Result<Option<RecoveryPoint>, BusError> {
+    let path = path(dir);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error.into()),
+    };
+    decode(&bytes).map(Some).ok_or_else(|| BusError::Corrupt {
+        location: path.display().to_string(),
+        offset: 0,
+        reason: "recovery point damaged".to_owned(),
+    })
+}
+
+/// Replaces the partition's recovery point; `point` must be durable already.
+pub(crate) fn write(dir: &Path, point: &RecoveryPoint) -> std::io::Result<()> {
+    fsutil::write_atomic(&path(dir), &encode(point))
+}
+
+impl WriterState {
+    /// What the writer has made durable: everything it wrote, unless
+    /// bytes written under `Durability::Interval` are still unsynced.
+    pub(crate) fn durable_point(&self) -> Option<RecoveryPoint> {
+        (!self.dirty && self.poisoned.is_none()).then_some(RecoveryPoint {
+            base: self.base,
+            len: self.pos,
+            next: self.next,
+        })
+    }
+}
+
+impl Partition {
+    /// Records how far the log is durable, when that moved (fsyncing bytes
+    /// written under `Durability::Interval` first). A poisoned partition
+    /// keeps its last recovery point.
+    pub(crate) fn save_recovery_point(&self) -> Result<(), BusError> {
+        let mut writer = lock(&self.writer);
+        if writer.poisoned.is_some() {
+            return Ok(());
+        }
+        if writer.dirty {
+            drop(writer);
+            self.flush()?;
+            writer = lock(&self.writer);
+        }
+        self.store_point(&mut writer)?;
+        Ok(())
+    }
+
+    /// Writes the writer's durable point if it differs from the stored one.
+    pub(crate) fn store_point(&self, writer: &mut WriterState) -> std::io::Result<()> {
+        let Some(point) = writer.durable_point() else {
+            return Ok(());
+        };
+        if writer.recovery_point == Some(point) {
+            return Ok(());
+        }
+        write(&self.dir, &point)?;
+        writer.recovery_point = Some(point);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects_damage() {
+        let point = RecoveryPoint {
+            base: 40,
+            len: 1234,
+            next: 57,
+        };
+        let bytes = encode(&point);
+        assert_eq!(decode(&bytes), Some(point));
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x04;
+            assert_eq!(decode(&bad), None, "flip at {at}");
+        }
+        assert_eq!(decode(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode(&[bytes.as_slice(), &[0]].concat()), None);
+    }
+}
