@@ -126,6 +126,14 @@ pub enum BusError {
         /// The locked directory.
         path: PathBuf,
     },
+    /// The bus was opened read-only and `operation` would write.
+    #[error("{operation} refused: the bus at {path:?} was opened read-only")]
+    ReadOnly {
+        /// The refused operation (`publish`, `provision`, ...).
+        operation: String,
+        /// The data directory.
+        path: PathBuf,
+    },
     /// A partition refuses writes after a failed write or fsync.
     #[error(
         "topic {topic:?} partition {partition} is poisoned after a failed {cause}; reopen the bus to recover"

@@ -10,12 +10,15 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 use std::time::{Duration, Instant};
 
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, PartitionOffsets, now_ms};
 
+use crate::acked::AckedEnd;
 use crate::frame::{self, NewRecord};
 use crate::index::{SegmentIndex, UidIndex};
 use crate::options::{Durability, Options};
@@ -199,6 +202,8 @@ pub(crate) struct Partition {
     answered: AtomicU32,
     pub(crate) writer: Mutex<WriterState>,
     pub(crate) read: RwLock<ReadState>,
+    /// Where readers in other processes learn what is acked (`acked`).
+    pub(crate) acked: OnceLock<AckedEnd>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,6 +231,7 @@ impl Partition {
             answered: AtomicU32::new(0),
             writer: Mutex::new(writer),
             read: RwLock::new(read),
+            acked: OnceLock::new(),
         }
     }
 
@@ -459,7 +465,12 @@ impl Partition {
             WriteError::Failed(cause) => self.poisoned_error(cause),
         };
         let error = match outcome {
-            Ok(()) => return results,
+            Ok(()) if to_write.is_empty() => return results,
+            Ok(()) => {
+                // Acked and visible to fetch from here on.
+                self.announce(writer.base, writer.pos);
+                return results;
+            }
             Err(error) => error,
         };
         if let WriteError::Failed(cause) = &error {

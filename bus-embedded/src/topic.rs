@@ -60,7 +60,7 @@ pub(crate) fn create(topics_dir: &Path, spec: &TopicSpec) -> Result<(), BusError
     Ok(())
 }
 
-/// Opens a provisioned topic's partitions.
+/// Opens a provisioned topic's partitions (read-only when the options say so).
 pub(crate) fn open(
     topics_dir: &Path,
     spec: TopicSpec,
@@ -68,8 +68,17 @@ pub(crate) fn open(
 ) -> Result<Topic, BusError> {
     let dir = topics_dir.join(dir_name(&spec.name));
     let partitions = (0..spec.partitions)
-        .map(|p| open_partition(&spec.name, p, partition_dir(&dir, p), options).map(Arc::new))
-        .collect::<Result<_, _>>()?;
+        .map(|p| {
+            if options.read_only {
+                crate::readonly::open_partition(&spec.name, p, partition_dir(&dir, p), options)
+            } else {
+                let partition = open_partition(&spec.name, p, partition_dir(&dir, p), options)?;
+                partition.start_acked_end()?;
+                Ok(partition)
+            }
+            .map(Arc::new)
+        })
+        .collect::<Result<_, BusError>>()?;
     Ok(Topic { spec, partitions })
 }
 
