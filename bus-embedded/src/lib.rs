@@ -37,6 +37,8 @@ mod broker;
 mod fetch;
 mod frame;
 mod fsutil;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod index;
 mod options;
 mod partition;
