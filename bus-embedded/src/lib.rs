@@ -41,6 +41,8 @@ mod checkpoint;
 mod fetch;
 mod frame;
 mod fsutil;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod index;
 mod options;
 mod partition;

@@ -48,6 +48,8 @@ mod bus;
 mod client;
 mod dedup;
 mod fetch;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod options;
 mod provision;
 mod publish;

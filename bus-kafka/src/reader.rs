@@ -261,7 +261,7 @@ pub(crate) fn watermarks(
     ))
 }
 
-fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
+pub(crate) fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
     let mut uid = None;
     let mut tag = None;
     if let Some(headers) = message.headers() {
