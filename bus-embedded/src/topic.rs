@@ -108,9 +108,44 @@ pub(crate) fn list(topics_dir: &Path) -> Result<Vec<TopicSpec>, BusError> {
                 spec.name
             )));
         }
+        check_partition_dirs(&entry.path(), &spec).map_err(bad)?;
         specs.push(spec);
     }
     Ok(specs)
+}
+
+/// Provisioning creates every partition directory before the spec file, so
+/// a spec whose partition count disagrees with the directories on disk is
+/// damaged: opened as it is, keys would move to other partitions and
+/// find-by-UID would stop finding what was stored.
+fn check_partition_dirs(topic_dir: &Path, spec: &TopicSpec) -> Result<(), String> {
+    let mut found = 0u32;
+    for entry in std::fs::read_dir(topic_dir).map_err(|e| e.to_string())? {
+        let name = entry.map_err(|e| e.to_string())?.file_name();
+        let Some(index) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix('p'))
+            .filter(|digits| digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|digits| digits.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if index >= spec.partitions {
+            return Err(format!(
+                "spec says {} partitions but partition directory {} exists",
+                spec.partitions,
+                name.to_string_lossy()
+            ));
+        }
+        found += 1;
+    }
+    if found != spec.partitions {
+        return Err(format!(
+            "spec says {} partitions but {found} partition directories exist",
+            spec.partitions
+        ));
+    }
+    Ok(())
 }
 
 impl Topic {
