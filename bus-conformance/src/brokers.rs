@@ -61,7 +61,10 @@ mod containers {
         static NODE: Started<Nats> = OnceLock::new();
         let started = NODE.get_or_init(|| {
             let node = Nats::default()
-                .with_copy_to("/etc/bus-nats.conf", b"max_payload: 8MB\njetstream { sync_interval: always }\n".to_vec(),)
+                .with_copy_to(
+                    "/etc/bus-nats.conf",
+                    b"max_payload: 8MB\njetstream { sync_interval: always }\n".to_vec(),
+                )
                 .with_cmd(["-c", "/etc/bus-nats.conf", "-js"])
                 .start()
                 .map_err(|error| error.to_string())?;
