@@ -15,6 +15,7 @@ use crate::errors::{PublishFailure, publish_failure};
 use crate::naming::record_subject;
 use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{Shared, TopicState};
+use crate::topics::unanswered;
 use crate::uid::{Resolved, UidSubject};
 
 /// Publishes of one UID record tried before giving up on a subject that
@@ -132,9 +133,9 @@ pub(crate) async fn send_all(
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => sequence,
                 },
-                PublishFailure::StreamGone => {
-                    shared.forget(name);
-                    return Err(BusError::UnknownTopic(name.to_owned()));
+                PublishFailure::NoResponders => {
+                    let stream = &topic.partition(partition)?.stream;
+                    return Err(unanswered(&shared, name, stream, &what).await);
                 }
                 PublishFailure::Other(error) => return Err(error),
             },
@@ -219,9 +220,8 @@ async fn settle(
             Err(error) => match failure(shared, name, what, size, &error) {
                 // Someone stored on the subject meanwhile: look again.
                 PublishFailure::AlreadyStored(_) => {}
-                PublishFailure::StreamGone => {
-                    shared.forget(name);
-                    return Err(BusError::UnknownTopic(name.to_owned()));
+                PublishFailure::NoResponders => {
+                    return Err(unanswered(shared, name, &state.stream, what).await);
                 }
                 PublishFailure::Other(error) => return Err(error),
             },
