@@ -32,13 +32,15 @@ pidfile() { echo "$BUS_BROKER_RUN/nats-$1.pid"; }
 logfile() { echo "$BUS_BROKER_RUN/nats-$1.log"; }
 conffile() { echo "$BUS_BROKER_RUN/nats-$1.conf"; }
 
-# write_conf PORT: what has no command-line flag (max_payload) goes in a config
-# file; the flags given beside it (-a, -p, -js, -sd, -m) take precedence over it.
+# write_conf PORT: what has no command-line flag goes in a config file; the flags
+# given beside it (-a, -p, -js, -sd, -m) take precedence over it. sync_interval
+# always: JetStream fsyncs before each ack (by default it acks first and syncs
+# every 2 minutes, so an ack would not survive a power loss).
 write_conf() {
   local conf
   conf="$(conffile "$1")"
   printf '%s\n' "# written by scripts/nats.sh start; rewritten at every start" \
-    "max_payload: $MAX_PAYLOAD" >"$conf.tmp.$$"
+    "max_payload: $MAX_PAYLOAD" "jetstream {" "  sync_interval: always" "}" >"$conf.tmp.$$"
   mv -f "$conf.tmp.$$" "$conf"
   echo "$conf"
 }

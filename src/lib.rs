@@ -15,7 +15,7 @@
 //!
 //! | cargo feature | backend | URL |
 //! |---|---|---|
-//! | `embedded` (default) | segmented file log | `file://DIR` or a bare path |
+//! | `embedded` (default) | segmented file log | `file://DIR` or a bare path; `file://DIR?read_only=true` follows a directory another process writes |
 //! | `nats` | NATS JetStream | `nats://HOST:PORT[,HOST:PORT]` |
 //! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]` |
 //! | (always) | in-memory | `memory://` |
@@ -37,9 +37,9 @@ pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusErro
 
 /// Opens the bus named by `url` without provisioning anything.
 pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (scheme, rest),
-        None => ("file", url),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // A bare path is taken whole: no query.
+        return open_embedded(url, false);
     };
     match scheme {
         "memory" => Ok(Box::new(memory::MemoryBus::new())),
@@ -55,19 +55,44 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     }
 }
 
+/// `file://DIR[?read_only=true|false]`.
+fn open_file(rest: &str) -> Result<Box<dyn EventBus>, BusError> {
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut read_only = false;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        read_only = match pair.split_once('=') {
+            Some(("read_only", "true" | "1")) => true,
+            Some(("read_only", "false" | "0")) => false,
+            _ => {
+                return Err(BusError::invalid(
+                    "url",
+                    format!(
+                        "unknown file:// option {pair:?}; the one option is read_only=true|false"
+                    ),
+                ));
+            }
+        };
+    }
+    open_embedded(path, read_only)
+}
+
 #[cfg(feature = "embedded")]
-fn open_file(path: &str) -> Result<Box<dyn EventBus>, BusError> {
+fn open_embedded(path: &str, read_only: bool) -> Result<Box<dyn EventBus>, BusError> {
     if path.is_empty() {
         return Err(BusError::invalid(
             "url",
             "file:// needs a directory, e.g. file://./bus-data",
         ));
     }
-    Ok(Box::new(bus_embedded::EmbeddedBus::open(path)?))
+    Ok(Box::new(if read_only {
+        bus_embedded::EmbeddedBus::open_read_only(path)?
+    } else {
+        bus_embedded::EmbeddedBus::open(path)?
+    }))
 }
 
 #[cfg(not(feature = "embedded"))]
-fn open_file(_path: &str) -> Result<Box<dyn EventBus>, BusError> {
+fn open_embedded(_path: &str, _read_only: bool) -> Result<Box<dyn EventBus>, BusError> {
     Err(disabled("file", "embedded"))
 }
 

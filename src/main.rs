@@ -181,7 +181,8 @@ fn exit_code(error: &BusError) -> u8 {
     match error {
         BusError::InvalidArgument { .. }
         | BusError::FeatureDisabled { .. }
-        | BusError::TooLarge { .. } => 2,
+        | BusError::TooLarge { .. }
+        | BusError::TooDeep { .. } => 2,
         BusError::UnknownTopic(_) | BusError::UnknownPartition { .. } => 3,
         _ => 1,
     }

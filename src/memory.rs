@@ -11,7 +11,7 @@ use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
     Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions,
     Subscription, TopicSpec, check_partition, encode_value, now_ms, partition_for, resolve_uid,
-    validate_key, validate_uid,
+    validate_key, validate_topic, validate_uid,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -177,6 +177,7 @@ impl MemoryBus {
 
 impl Store {
     fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
         read(&self.topics)
             .get(name)
             .cloned()

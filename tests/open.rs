@@ -59,3 +59,30 @@ fn file_url_without_the_feature_names_it() {
         result.err()
     );
 }
+
+#[cfg(feature = "embedded")]
+#[test]
+fn file_url_with_read_only_follows_a_writer_and_refuses_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let manifest = Manifest::new([TopicSpec::new("t", 1)]);
+    let writer = bus::open(&format!("file://{}", dir.path().display()), &manifest).expect("writer");
+    // Beside the writer's lock; provisioning what exists writes nothing.
+    let reader = bus::open(
+        &format!("file://{}?read_only=true", dir.path().display()),
+        &manifest,
+    )
+    .expect("reader");
+    let ack = writer
+        .publish("t", "k", &serde_json::json!({"n": 1}))
+        .expect("publish");
+    assert_eq!(
+        reader.fetch("t", 0, 0, 10).expect("fetch")[0].offset,
+        ack.offset
+    );
+    assert!(matches!(
+        reader.publish("t", "k", &serde_json::json!({"n": 2})),
+        Err(BusError::ReadOnly { ref operation, .. }) if operation == "publish"
+    ));
+    let bad = bus::connect(&format!("file://{}?readonly=yes", dir.path().display()));
+    assert!(matches!(bad, Err(BusError::InvalidArgument { .. })));
+}

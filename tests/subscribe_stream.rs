@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use bus::memory::MemoryBus;
-use bus_core::{EventBus, Manifest, Selector, StartAt, SubscribeOptions, SubscriptionItem, TopicSpec};
+use bus_core::{
+    EventBus, Manifest, Selector, StartAt, SubscribeOptions, SubscriptionItem, TopicSpec,
+};
 use futures::StreamExt as _;
 use serde_json::json;
 
@@ -19,7 +21,12 @@ fn a_stream_delivers_in_a_current_thread_runtime_and_its_drop_joins_the_thread()
         .expect("provision");
     let before = threads();
     let stream = bus
-        .subscribe("audit", Selector::Topic, StartAt::Now, SubscribeOptions::default())
+        .subscribe(
+            "audit",
+            Selector::Topic,
+            StartAt::Now,
+            SubscribeOptions::default(),
+        )
         .expect("subscribe")
         .into_stream()
         .expect("stream");

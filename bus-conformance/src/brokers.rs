@@ -54,13 +54,17 @@ mod containers {
     /// why it could not start.
     type Started<I> = OnceLock<Result<(Mutex<Container<I>>, String), String>>;
 
-    /// The NATS image with JetStream and a `max_payload` that fits a 1 MiB
-    /// record plus its headers (the same settings as scripts/nats.sh).
+    /// The NATS image with JetStream, a `max_payload` that fits a 1 MiB
+    /// record plus its headers and an fsync before each ack (the same
+    /// settings as scripts/nats.sh).
     pub(super) fn nats() -> Result<String, String> {
         static NODE: Started<Nats> = OnceLock::new();
         let started = NODE.get_or_init(|| {
             let node = Nats::default()
-                .with_copy_to("/etc/bus-nats.conf", b"max_payload: 8MB\n".to_vec())
+                .with_copy_to(
+                    "/etc/bus-nats.conf",
+                    b"max_payload: 8MB\njetstream { sync_interval: always }\n".to_vec(),
+                )
                 .with_cmd(["-c", "/etc/bus-nats.conf", "-js"])
                 .start()
                 .map_err(|error| error.to_string())?;

@@ -24,6 +24,7 @@ use bus_core::{BusError, Capabilities, EventBus, Manifest, TopicSpec};
 pub mod cases;
 pub mod brokers;
 mod harness;
+pub mod outage;
 pub mod tls;
 pub mod util;
 

@@ -134,7 +134,9 @@ pub fn to_hex(bytes: &[u8]) -> String {
 
 /// Parses lower- or upper-case hex; `None` when malformed.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
+    // `from_str_radix` alone would also take a sign (`"+f"`), giving a tag
+    // more than one spelling.
+    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..text.len())
@@ -234,5 +236,15 @@ mod tests {
         assert_eq!(from_hex(&to_hex(&bytes)).as_deref(), Some(&bytes[..]));
         assert_eq!(from_hex("abc"), None);
         assert_eq!(from_hex("zz"), None);
+    }
+
+    #[test]
+    fn hex_has_one_spelling_per_byte() {
+        // Found by the `auth` fuzz target.
+        let fuzzed = "DDDBDDDDDDDDDDDDDDDDDDDDDDDDDDDD+DDDDDDDDDDD";
+        assert_eq!(from_hex(fuzzed), None);
+        assert_eq!(from_hex("+f"), None);
+        assert_eq!(from_hex("-0"), None);
+        assert_eq!(from_hex("FfA0"), Some(vec![0xff, 0xa0]));
     }
 }

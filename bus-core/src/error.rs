@@ -72,6 +72,19 @@ pub enum BusError {
         /// The topic's limit.
         limit: u64,
     },
+    /// A value nests arrays and objects deeper than the bus can read back
+    /// ([`crate::record::MAX_JSON_DEPTH`]).
+    #[error(
+        "value for topic {topic:?} nests {depth} levels of arrays and objects, over the limit of {limit} (nothing stored; flatten the value or carry its deep part as a string)"
+    )]
+    TooDeep {
+        /// Topic concerned.
+        topic: String,
+        /// How deep the value nests.
+        depth: usize,
+        /// The most the bus accepts.
+        limit: usize,
+    },
     /// A stored record failed its checksum or authentication tag.
     #[error(
         "integrity failure in topic {topic:?} partition {partition} at offset {offset}: {reason} (the record is not returned; fetch from offset {next} to skip it deliberately)",
@@ -111,6 +124,14 @@ pub enum BusError {
     )]
     Locked {
         /// The locked directory.
+        path: PathBuf,
+    },
+    /// The bus was opened read-only and `operation` would write.
+    #[error("{operation} refused: the bus at {path:?} was opened read-only")]
+    ReadOnly {
+        /// The refused operation (`publish`, `provision`, ...).
+        operation: String,
+        /// The data directory.
         path: PathBuf,
     },
     /// A partition refuses writes after a failed write or fsync.

@@ -33,7 +33,10 @@ pub use manifest::{
     Manifest, TopicSpec, validate_topic_name,
 };
 pub use partition::{fnv1a64, partition_for};
-pub use record::{check_partition, encode_value, validate_key, validate_uid};
+pub use record::{
+    MAX_JSON_DEPTH, check_partition, encode_value, json_depth, validate_key, validate_topic,
+    validate_uid,
+};
 pub use subscription::{
     Doorbell, DoorbellRegistry, Feed, Selector, StartAt, SubscribeOptions, Subscription,
     SubscriptionItem, SubscriptionStream,

@@ -1,12 +1,28 @@
 //! Checks every backend applies to a publish or fetch before touching
-//! storage, so bad input fails the same way everywhere (contracts C2, C12).
+//! storage, so bad input fails the same way everywhere (contracts C2, C5,
+//! C12).
 
-use crate::BusError;
+use serde_json::Value;
+
+use crate::{BusError, validate_topic_name};
 
 /// Longest accepted partition key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
 /// Longest accepted event UID, in bytes.
 pub const MAX_UID_BYTES: usize = 1024;
+/// Deepest accepted nesting of arrays and objects in a value (`1` is 0
+/// deep, `[1]` and `{"a": 1}` are 1). serde_json refuses to decode past 127,
+/// so a deeper value could be stored but never read back; 100 also leaves
+/// room for envelopes around it (a `StoredEvent` as JSON, the CLI's output).
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// A topic argument that no manifest could provision (empty, `.`, `..`,
+/// characters outside `[A-Za-z0-9._-]`, over 200 bytes) is an
+/// `InvalidArgument` on field `topic`; a valid name that is not provisioned
+/// is the backend's `UnknownTopic`.
+pub fn validate_topic(topic: &str) -> Result<(), BusError> {
+    validate_topic_name(topic).map_err(|reason| BusError::invalid("topic", reason))
+}
 
 /// A key is at most [`MAX_KEY_BYTES`] and has no control characters (they
 /// cannot travel in NATS or Kafka headers unchanged). Empty keys are fine.
@@ -51,13 +67,49 @@ pub fn check_partition(topic: &str, partition: u32, partitions: u32) -> Result<(
     }
 }
 
-/// The JSON bytes of `value`, refused with [`BusError::TooLarge`] when they
-/// exceed `max_record_bytes`.
+/// How deeply `value` nests arrays and objects, measured without recursion
+/// (a pathological value must not overflow the stack here).
+pub fn json_depth(value: &Value) -> usize {
+    fn children(value: &Value) -> Box<dyn Iterator<Item = &Value> + '_> {
+        match value {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => Box::new(std::iter::empty()),
+        }
+    }
+    let nests = |value: &Value| matches!(value, Value::Array(_) | Value::Object(_));
+    if !nests(value) {
+        return 0;
+    }
+    let mut deepest = 0;
+    let mut pending = vec![(value, 1)];
+    while let Some((container, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        pending.extend(
+            children(container)
+                .filter(|child| nests(child))
+                .map(|child| (child, depth + 1)),
+        );
+    }
+    deepest
+}
+
+/// The JSON bytes of `value`, refused with [`BusError::TooDeep`] when it
+/// nests deeper than [`MAX_JSON_DEPTH`] (checked first: encoding recurses)
+/// and with [`BusError::TooLarge`] when the bytes exceed `max_record_bytes`.
 pub fn encode_value(
     topic: &str,
-    value: &serde_json::Value,
+    value: &Value,
     max_record_bytes: u64,
 ) -> Result<Vec<u8>, BusError> {
+    let depth = json_depth(value);
+    if depth > MAX_JSON_DEPTH {
+        return Err(BusError::TooDeep {
+            topic: topic.to_owned(),
+            depth,
+            limit: MAX_JSON_DEPTH,
+        });
+    }
     let bytes = serde_json::to_vec(value)?;
     let size = bytes.len() as u64;
     if size > max_record_bytes {
@@ -99,6 +151,71 @@ mod tests {
         assert!(validate_uid("").is_err());
         validate_uid("3f0c-ab").unwrap();
         assert!(validate_uid("a\rb").is_err());
+    }
+
+    /// `depth` arrays around `1`.
+    fn nested(depth: usize) -> Value {
+        (0..depth).fold(serde_json::json!(1), |inner, _| Value::Array(vec![inner]))
+    }
+
+    /// Takes a nest apart level by level: the default drop recurses.
+    fn dismantle(mut value: Value) {
+        while let Value::Array(mut items) = value {
+            value = items.pop().unwrap_or(Value::Null);
+        }
+    }
+
+    #[test]
+    fn depths() {
+        assert_eq!(json_depth(&serde_json::json!(1)), 0);
+        assert_eq!(json_depth(&serde_json::json!([])), 1);
+        assert_eq!(json_depth(&serde_json::json!({})), 1);
+        assert_eq!(
+            json_depth(&serde_json::json!([1, {"a": [2, {"b": {}}]}, []])),
+            5
+        );
+        for depth in [MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 128] {
+            let value = nested(depth);
+            assert_eq!(json_depth(&value), depth);
+            let bytes = serde_json::to_vec(&value).unwrap();
+            let decodes = serde_json::from_slice::<Value>(&bytes).is_ok();
+            assert_eq!(decodes, depth < 128, "serde_json decodes up to 127");
+        }
+    }
+
+    #[test]
+    fn too_deep_values_are_refused_before_encoding() {
+        let at_limit = nested(MAX_JSON_DEPTH);
+        let bytes = encode_value("t", &at_limit, 1_000).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), at_limit);
+        for depth in [MAX_JSON_DEPTH + 1, 128, 200_000] {
+            let value = nested(depth);
+            let refused = encode_value("t", &value, u64::MAX);
+            assert!(
+                matches!(
+                    &refused,
+                    Err(BusError::TooDeep { topic, depth: d, limit: MAX_JSON_DEPTH })
+                        if topic == "t" && *d == depth
+                ),
+                "{refused:?}"
+            );
+            let error = refused.unwrap_err();
+            assert!(!error.is_transient());
+            assert!(error.to_string().contains("\"t\""), "{error}");
+            dismantle(value);
+        }
+    }
+
+    #[test]
+    fn topic_arguments() {
+        validate_topic("audit.v1_x-2").unwrap();
+        for bad in ["", ".", "..", "a/b", "a b", &"t".repeat(201)] {
+            assert!(
+                matches!(validate_topic(bad), Err(BusError::InvalidArgument { ref field, .. }) if field == "topic"),
+                "{bad:?}"
+            );
+        }
+        validate_topic(&"t".repeat(200)).unwrap();
     }
 
     #[test]

@@ -13,13 +13,14 @@ use std::time::Duration;
 use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, StoredEvent, check_partition, encode_value, partition_for, resolve_uid,
-    validate_key, validate_uid,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
+    encode_value, partition_for, resolve_uid, validate_key, validate_topic, validate_uid,
 };
 
 use crate::frame::NewRecord;
 use crate::fsutil;
 use crate::options::{Durability, Options};
+use crate::partition::Partition;
 use crate::topic::{self, Topic};
 
 /// The embedded, durable event bus: a segmented, checksummed log per
@@ -39,14 +40,17 @@ pub struct EmbeddedBus {
     flusher: Option<Flusher>,
 }
 
+/// What the bus, its flusher and its subscriptions' feeds share.
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
+    root: PathBuf,
     topics_dir: PathBuf,
-    options: Options,
+    pub(crate) options: Options,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     auth: RwLock<Option<RecordAuth>>,
-    /// Held (flock) for the bus's lifetime; the OS drops it with the process.
-    _lock: File,
+    /// Held (flock) for the bus's lifetime; the OS drops it with the
+    /// process. A read-only open takes none.
+    _lock: Option<File>,
 }
 
 #[derive(Debug)]
@@ -73,9 +77,36 @@ impl EmbeddedBus {
         Self::open_with(path, Options::default())
     }
 
+    /// Opens the bus stored in `path` for reading only (contract C16):
+    /// beside a writer in this or another process, without its lock,
+    /// writing nothing. It fetches, finds, subscribes and sees topics the
+    /// writer provisions later; it shows a record once the writer has acked
+    /// it (never bytes a crash could take back); `publish*`, `maintenance`
+    /// and a `provision` that would create a topic fail with
+    /// [`BusError::ReadOnly`]. Its subscriptions wake on inotify events.
+    ///
+    /// ```
+    /// use bus_core::{EventBus, Manifest, TopicSpec};
+    /// use bus_embedded::EmbeddedBus;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let writer = EmbeddedBus::open(dir.path()).unwrap();
+    /// writer.provision(&Manifest::new([TopicSpec::new("audit", 1)])).unwrap();
+    /// let reader = EmbeddedBus::open_read_only(dir.path()).unwrap();
+    /// writer.publish("audit", "k", &serde_json::json!({"n": 1})).unwrap();
+    /// assert_eq!(reader.fetch("audit", 0, 0, 10).unwrap().len(), 1);
+    /// assert!(reader.publish("audit", "k", &serde_json::json!({})).is_err());
+    /// ```
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, BusError> {
+        Self::open_with(path, Options::default().read_only(true))
+    }
+
     /// Opens the bus stored in `path` with `options`.
-    pub fn open_with(path: impl AsRef<Path>, options: Options) -> Result<Self, BusError> {
+    pub fn open_with(path: impl AsRef<Path>, mut options: Options) -> Result<Self, BusError> {
         let root = path.as_ref().to_path_buf();
+        options.notifier = Arc::default();
+        if options.read_only {
+            return Self::open_reader(root, options);
+        }
         fsutil::create_dir(&root)?;
         let lock = OpenOptions::new()
             .read(true)
@@ -98,17 +129,40 @@ impl EmbeddedBus {
             topics.insert(name, Arc::new(topic::open(&topics_dir, spec, &options)?));
         }
         let inner = Arc::new(Inner {
+            root,
             topics_dir,
             options,
             topics: RwLock::new(topics),
             auth: RwLock::new(None),
-            _lock: lock,
+            _lock: Some(lock),
         });
         let flusher = match inner.options.durability {
             Durability::Interval(ms) => Some(Flusher::start(Arc::clone(&inner), ms)?),
             Durability::Sync => None,
         };
         Ok(Self { inner, flusher })
+    }
+
+    fn open_reader(root: PathBuf, options: Options) -> Result<Self, BusError> {
+        if !std::fs::metadata(&root)?.is_dir() {
+            return Err(BusError::invalid(
+                "path",
+                format!("{} is not a directory", root.display()),
+            ));
+        }
+        let inner = Arc::new(Inner {
+            topics_dir: root.join("topics"),
+            root,
+            options,
+            topics: RwLock::new(BTreeMap::new()),
+            auth: RwLock::new(None),
+            _lock: None,
+        });
+        inner.discover()?;
+        Ok(Self {
+            inner,
+            flusher: None,
+        })
     }
 
     /// Appends a record as given, unsigned and unchecked (test hook for C14).
@@ -118,8 +172,9 @@ impl EmbeddedBus {
         partition: u32,
         record: NewRecord,
     ) -> Result<u64, BusError> {
+        self.inner.writable("append")?;
         let topic = self.inner.topic(topic)?;
-        let offsets = topic.partition(partition)?.append(vec![record], None)?;
+        let offsets = topic.partition(partition)?.append_foreign(vec![record])?;
         offsets
             .first()
             .copied()
@@ -169,6 +224,7 @@ impl EmbeddedBus {
         value: &serde_json::Value,
         uid: Option<&str>,
     ) -> Result<PublishAck, BusError> {
+        self.inner.writable("publish")?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
         let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
@@ -186,14 +242,66 @@ impl EmbeddedBus {
 }
 
 impl Inner {
-    fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+    /// The topic `name`; a read-only open looks for topics provisioned
+    /// since it last looked.
+    pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
+        if let Some(topic) = read(&self.topics).get(name) {
+            return Ok(Arc::clone(topic));
+        }
+        if self.options.read_only {
+            self.discover()?;
+        }
         read(&self.topics)
             .get(name)
             .cloned()
             .ok_or_else(|| BusError::UnknownTopic(name.to_owned()))
     }
 
-    fn auth(&self) -> Option<RecordAuth> {
+    /// A partition to read: in a read-only open, brought up to what the
+    /// writer has acked first.
+    pub(crate) fn readable(&self, topic: &str, partition: u32) -> Result<Arc<Partition>, BusError> {
+        let topic = self.topic(topic)?;
+        let partition = Arc::clone(topic.partition(partition)?);
+        if self.options.read_only {
+            partition.refresh()?;
+        }
+        Ok(partition)
+    }
+
+    /// Opens the topics provisioned since the last look (read-only opens;
+    /// a directory without topics yet has none).
+    fn discover(&self) -> Result<(), BusError> {
+        let specs = match topic::list(&self.topics_dir) {
+            Ok(specs) => specs,
+            Err(BusError::Io(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        for spec in specs {
+            if read(&self.topics).contains_key(&spec.name) {
+                continue;
+            }
+            let name = spec.name.clone();
+            let opened = Arc::new(topic::open(&self.topics_dir, spec, &self.options)?);
+            write(&self.topics).entry(name).or_insert(opened);
+        }
+        Ok(())
+    }
+
+    /// Refuses `operation` on a read-only open.
+    fn writable(&self, operation: &str) -> Result<(), BusError> {
+        if self.options.read_only {
+            return Err(BusError::ReadOnly {
+                operation: operation.to_owned(),
+                path: self.root.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn auth(&self) -> Option<RecordAuth> {
         read(&self.auth).clone()
     }
 
@@ -226,6 +334,8 @@ impl Flusher {
 
 impl Drop for EmbeddedBus {
     fn drop(&mut self) {
+        // Its subscriptions end (their feeds hold the state only weakly).
+        self.inner.options.notifier.close_all();
         if let Some(Flusher { stop, thread }) = self.flusher.take() {
             drop(stop);
             let _ = thread.join();
@@ -255,6 +365,7 @@ impl EventBus for EmbeddedBus {
         value: &serde_json::Value,
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
+        self.inner.writable("publish_idempotent")?;
         validate_uid(event_uid)?;
         self.publish_one(topic, key, value, Some(event_uid))
     }
@@ -270,8 +381,9 @@ impl EventBus for EmbeddedBus {
         validate_uid(event_uid)?;
         let partition = partition_for(key, topic.spec.partitions);
         let auth = self.inner.auth();
-        Ok(topic
-            .partition(partition)?
+        Ok(self
+            .inner
+            .readable(topic_name, partition)?
             .find_uid(event_uid, auth.as_ref())?
             .map(|offset| PublishAck {
                 topic: topic_name.to_owned(),
@@ -293,13 +405,13 @@ impl EventBus for EmbeddedBus {
             return Ok(Vec::new());
         }
         let auth = self.inner.auth();
-        topic
-            .partition(partition)?
+        self.inner
+            .readable(&topic.spec.name, partition)?
             .fetch(offset, max, auth.as_ref())
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
-        Ok(self.inner.topic(topic)?.partition(partition)?.offsets())
+        Ok(self.inner.readable(topic, partition)?.offsets())
     }
 
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
@@ -307,10 +419,16 @@ impl EventBus for EmbeddedBus {
     }
 
     fn topics(&self) -> Vec<String> {
+        if self.inner.options.read_only {
+            // Topics a writer provisioned since; an unreadable one shows
+            // up as an error on the calls that name it.
+            let _ = self.inner.discover();
+        }
         read(&self.inner.topics).keys().cloned().collect()
     }
 
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
+        self.inner.writable("maintenance")?;
         let topics: Vec<Arc<Topic>> = read(&self.inner.topics).values().cloned().collect();
         let mut expired = 0;
         for topic in topics {
@@ -330,8 +448,13 @@ impl EventBus for EmbeddedBus {
         Ok(expired)
     }
 
+    /// On a read-only open, succeeds only when every topic already exists
+    /// as specified (nothing to write).
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
+        if self.inner.options.read_only {
+            self.inner.discover()?;
+        }
         let mut topics = write(&self.inner.topics);
         for spec in &manifest.topics {
             if let Some(existing) = topics.get(&spec.name) {
@@ -342,6 +465,7 @@ impl EventBus for EmbeddedBus {
             if topics.contains_key(&spec.name) {
                 continue;
             }
+            self.inner.writable("provision")?;
             topic::create(&self.inner.topics_dir, spec)?;
             let opened = topic::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
             topics.insert(spec.name.clone(), Arc::new(opened));
@@ -365,6 +489,7 @@ impl EventBus for EmbeddedBus {
         topic_name: &str,
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
+        self.inner.writable("publish_batch")?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
         let mut groups: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
@@ -394,5 +519,15 @@ impl EventBus for EmbeddedBus {
         acks.into_iter()
             .map(|ack| ack.ok_or_else(|| BusError::Backend("batch record not acked".to_owned())))
             .collect()
+    }
+
+    fn subscribe(
+        &self,
+        topic: &str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, BusError> {
+        crate::subscribe::subscribe(self, &self.inner, topic, &selector, start, options)
     }
 }

@@ -225,6 +225,12 @@ impl<'a> Records<'a> {
 
     fn next_record(&mut self) -> Result<RecordRef<'a>, Fault> {
         let flags = self.take(1)?[0];
+        // Bits this version does not know would change how the rest parses.
+        if flags & !(HAS_UID | HAS_TAG) != 0 {
+            return Err(Fault::Malformed(format!(
+                "unknown record flags {flags:#04x}"
+            )));
+        }
         let key = self.bytes32()?;
         let uid = if flags & HAS_UID != 0 {
             Some(self.bytes32()?)
@@ -295,5 +301,29 @@ mod tests {
             decode(&prefix, &bad[PREFIX..]).unwrap_err(),
             Fault::Checksum
         );
+    }
+
+    #[test]
+    fn unknown_record_flags_are_malformed() {
+        // Found by the `frame_decode` fuzz target: flags 0xA5 (a UID plus
+        // bits no writer sets) with a valid checksum decoded, and
+        // re-encoded differently.
+        let record = NewRecord {
+            key: "k0".into(),
+            uid: Some("u0".into()),
+            tag: None,
+            value: br#"{"n":0}"#.to_vec(),
+        };
+        let mut bytes = encode(0, 1, &[&record]).unwrap();
+        let flags_at = PREFIX + BODY_HEADER;
+        assert_eq!(bytes[flags_at], HAS_UID);
+        bytes[flags_at] = 0xA5;
+        let crc = crc32c::crc32c(&bytes[PREFIX..]);
+        bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        let prefix: [u8; PREFIX] = bytes[..PREFIX].try_into().unwrap();
+        assert!(matches!(
+            decode(&prefix, &bytes[PREFIX..]),
+            Err(Fault::Malformed(_))
+        ));
     }
 }

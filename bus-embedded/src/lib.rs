@@ -31,22 +31,29 @@
 //! DIR/topics/<name>/p0000/<base:020>.log     segment; the name is its first offset
 //! DIR/topics/<name>/p0000/<base:020>.idx     sparse index of a sealed segment
 //! DIR/topics/<name>/p0000/<base:020>.uids    UIDs of a sealed segment
+//! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
 //! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```
 
+mod acked;
 mod broker;
 mod checkpoint;
 mod fetch;
 mod frame;
 mod fsutil;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod index;
 mod options;
 mod partition;
+mod readonly;
 mod recovery;
 mod retention;
 mod segment;
+mod subscribe;
 mod topic;
 mod uidmap;
+mod watch;
 
 #[doc(hidden)]
 pub mod testing;

@@ -5,6 +5,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use crate::subscribe::Notifier;
+
 /// When a publish is acknowledged relative to `fdatasync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -78,7 +80,12 @@ pub struct Options {
     pub segment_max_age_ms: Option<u64>,
     /// Bytes of frames between two sparse-index entries (default 4 KiB).
     pub index_interval_bytes: u64,
+    /// Open without the writer's lock and never write (see
+    /// [`crate::EmbeddedBus::open_read_only`]). Default false.
+    pub read_only: bool,
     pub(crate) files: Arc<dyn FileLayer>,
+    /// The bus's live subscriptions; each open gets its own.
+    pub(crate) notifier: Arc<Notifier>,
 }
 
 impl Default for Options {
@@ -88,7 +95,9 @@ impl Default for Options {
             segment_bytes: 32 << 20,
             segment_max_age_ms: None,
             index_interval_bytes: 4096,
+            read_only: false,
             files: Arc::new(OsFiles),
+            notifier: Arc::default(),
         }
     }
 }
@@ -120,6 +129,13 @@ impl Options {
     #[must_use]
     pub fn index_interval_bytes(mut self, bytes: u64) -> Self {
         self.index_interval_bytes = bytes.max(1);
+        self
+    }
+
+    /// Opens read-only (see [`crate::EmbeddedBus::open_read_only`]).
+    #[must_use]
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 

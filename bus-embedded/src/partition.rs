@@ -10,12 +10,15 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 use std::time::{Duration, Instant};
 
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, PartitionOffsets, now_ms};
 
+use crate::acked::AckedEnd;
 use crate::frame::{self, NewRecord};
 use crate::index::{SegmentIndex, UidIndex};
 use crate::options::{Durability, Options};
@@ -99,6 +102,9 @@ struct Request {
     /// The publisher's key: stored UIDs count for dedup only when their
     /// record authenticates under it.
     auth: Option<RecordAuth>,
+    /// False for records written as given, the way a foreign writer would
+    /// (test hook): their UIDs are not deduplicated.
+    dedup: bool,
     /// Where the publisher waits: only the publishers of a finished round
     /// are woken, and the next leader alone.
     slot: Arc<Slot>,
@@ -196,6 +202,8 @@ pub(crate) struct Partition {
     answered: AtomicU32,
     pub(crate) writer: Mutex<WriterState>,
     pub(crate) read: RwLock<ReadState>,
+    /// Where readers in other processes learn what is acked (`acked`).
+    pub(crate) acked: OnceLock<AckedEnd>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -223,6 +231,7 @@ impl Partition {
             answered: AtomicU32::new(0),
             writer: Mutex::new(writer),
             read: RwLock::new(read),
+            acked: OnceLock::new(),
         }
     }
 
@@ -255,10 +264,25 @@ impl Partition {
         records: Vec<NewRecord>,
         auth: Option<RecordAuth>,
     ) -> Result<Vec<u64>, BusError> {
+        self.submit(records, auth, true)
+    }
+
+    /// Appends `records` as given, UIDs already stored or not, as a foreign
+    /// writer of the files would (test hook for contract C14).
+    pub(crate) fn append_foreign(&self, records: Vec<NewRecord>) -> Result<Vec<u64>, BusError> {
+        self.submit(records, None, false)
+    }
+
+    fn submit(
+        &self,
+        records: Vec<NewRecord>,
+        auth: Option<RecordAuth>,
+        dedup: bool,
+    ) -> Result<Vec<u64>, BusError> {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        if records.iter().all(|r| r.uid.is_some()) {
+        if dedup && records.iter().all(|r| r.uid.is_some()) {
             let mut known = Vec::with_capacity(records.len());
             for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
                 match self.find_uid(uid, auth.as_ref())? {
@@ -275,6 +299,7 @@ impl Partition {
         queue.pending.push(Request {
             records,
             auth,
+            dedup,
             slot: Arc::clone(&own),
         });
         if queue.leading {
@@ -414,12 +439,15 @@ impl Partition {
             let mut mine = Vec::with_capacity(request.records.len());
             for (record, known) in request.records.iter().zip(known) {
                 if let Some(uid) = record.uid.as_deref() {
-                    if let Some(offset) = fresh.get(uid).copied().or(known) {
+                    if !request.dedup {
+                        new_uids.push((uid.to_owned(), next));
+                    } else if let Some(offset) = fresh.get(uid).copied().or(known) {
                         mine.push(offset);
                         continue;
+                    } else {
+                        fresh.insert(uid, next);
+                        new_uids.push((uid.to_owned(), next));
                     }
-                    fresh.insert(uid, next);
-                    new_uids.push((uid.to_owned(), next));
                 }
                 to_write.push(record);
                 mine.push(next);
@@ -437,7 +465,12 @@ impl Partition {
             WriteError::Failed(cause) => self.poisoned_error(cause),
         };
         let error = match outcome {
-            Ok(()) => return results,
+            Ok(()) if to_write.is_empty() => return results,
+            Ok(()) => {
+                // Acked and visible to fetch from here on.
+                self.announce(writer.base, writer.pos);
+                return results;
+            }
             Err(error) => error,
         };
         if let WriteError::Failed(cause) = &error {
@@ -456,8 +489,8 @@ impl Partition {
             .records
             .iter()
             .map(|record| match record.uid.as_deref() {
-                Some(uid) => self.find_uid(uid, request.auth.as_ref()),
-                None => Ok(None),
+                Some(uid) if request.dedup => self.find_uid(uid, request.auth.as_ref()),
+                _ => Ok(None),
             })
             .collect()
     }
@@ -643,6 +676,7 @@ mod tests {
                 value: vec![b'1'; value_bytes],
             }],
             auth: None,
+            dedup: true,
             slot: Arc::new(Slot::new()),
         }
     }

@@ -60,7 +60,7 @@ pub(crate) fn create(topics_dir: &Path, spec: &TopicSpec) -> Result<(), BusError
     Ok(())
 }
 
-/// Opens a provisioned topic's partitions.
+/// Opens a provisioned topic's partitions (read-only when the options say so).
 pub(crate) fn open(
     topics_dir: &Path,
     spec: TopicSpec,
@@ -68,8 +68,17 @@ pub(crate) fn open(
 ) -> Result<Topic, BusError> {
     let dir = topics_dir.join(dir_name(&spec.name));
     let partitions = (0..spec.partitions)
-        .map(|p| open_partition(&spec.name, p, partition_dir(&dir, p), options).map(Arc::new))
-        .collect::<Result<_, _>>()?;
+        .map(|p| {
+            if options.read_only {
+                crate::readonly::open_partition(&spec.name, p, partition_dir(&dir, p), options)
+            } else {
+                let partition = open_partition(&spec.name, p, partition_dir(&dir, p), options)?;
+                partition.start_acked_end()?;
+                Ok(partition)
+            }
+            .map(Arc::new)
+        })
+        .collect::<Result<_, BusError>>()?;
     Ok(Topic { spec, partitions })
 }
 
@@ -99,9 +108,44 @@ pub(crate) fn list(topics_dir: &Path) -> Result<Vec<TopicSpec>, BusError> {
                 spec.name
             )));
         }
+        check_partition_dirs(&entry.path(), &spec).map_err(bad)?;
         specs.push(spec);
     }
     Ok(specs)
+}
+
+/// Provisioning creates every partition directory before the spec file, so
+/// a spec whose partition count disagrees with the directories on disk is
+/// damaged: opened as it is, keys would move to other partitions and
+/// find-by-UID would stop finding what was stored.
+fn check_partition_dirs(topic_dir: &Path, spec: &TopicSpec) -> Result<(), String> {
+    let mut found = 0u32;
+    for entry in std::fs::read_dir(topic_dir).map_err(|e| e.to_string())? {
+        let name = entry.map_err(|e| e.to_string())?.file_name();
+        let Some(index) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix('p'))
+            .filter(|digits| digits.len() >= 4 && digits.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|digits| digits.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if index >= spec.partitions {
+            return Err(format!(
+                "spec says {} partitions but partition directory {} exists",
+                spec.partitions,
+                name.to_string_lossy()
+            ));
+        }
+        found += 1;
+    }
+    if found != spec.partitions {
+        return Err(format!(
+            "spec says {} partitions but {found} partition directories exist",
+            spec.partitions
+        ));
+    }
+    Ok(())
 }
 
 impl Topic {

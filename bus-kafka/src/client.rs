@@ -172,28 +172,57 @@ pub(crate) fn remaining(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
-/// Runs `attempt` until it succeeds or `deadline` passes, pausing between
-/// tries: right after a topic is created, or while a broker restarts,
-/// metadata answers "not leader" or "unknown partition" for a moment.
-pub(crate) fn retry<T>(
+/// Runs `attempt`, a query through `client`, until it succeeds or
+/// `deadline` passes, pausing between tries: right after a topic is
+/// created, or while a broker restarts, metadata answers "not leader" or
+/// "unknown partition" for a moment. After an error that says `client`'s
+/// metadata may be stale, its cache is refreshed first: librdkafka takes a
+/// partition it last saw without a leader (as every partition is while a
+/// broker shuts down cleanly) for a permanent error, and a client with no
+/// topic handles of its own would keep it until `metadata.max.age.ms`
+/// (15 minutes) passes.
+pub(crate) fn retry<C: ClientContext, T>(
     options: &KafkaOptions,
     what: &str,
     deadline: Instant,
+    client: &Client<C>,
     mut attempt: impl FnMut() -> Result<T, KafkaError>,
 ) -> Result<T, BusError> {
     let mut pause = Duration::from_millis(2);
     loop {
-        match attempt() {
+        let error = match attempt() {
             Ok(value) => return Ok(value),
-            Err(error) if Instant::now() + pause >= deadline => {
-                return Err(map_error(options, what, error));
-            }
-            Err(_) => {
-                std::thread::park_timeout(pause);
-                pause = (pause * 2).min(Duration::from_millis(100));
-            }
+            Err(error) => error,
+        };
+        if stale_metadata(&error) {
+            // Fails too while the broker is down; the next try tells.
+            let _ = client.fetch_metadata(None, remaining(deadline).min(METADATA_REFRESH));
         }
+        if Instant::now() + pause >= deadline {
+            return Err(map_error(options, what, error));
+        }
+        std::thread::park_timeout(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
+}
+
+/// The longest a metadata refresh between two tries may take.
+const METADATA_REFRESH: Duration = Duration::from_secs(1);
+
+/// Errors after which a client's cached metadata may be out of date.
+fn stale_metadata(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::NotLeaderForPartition
+                | RDKafkaErrorCode::FencedLeaderEpoch
+                | RDKafkaErrorCode::UnknownLeaderEpoch
+        )
+    )
 }
 
 /// The one mapping from librdkafka errors to [`BusError`] (secrets redacted).
@@ -209,12 +238,34 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
             operation: what.to_owned(),
             after_ms,
         },
+        // Also what a cluster answers while a broker shuts down or starts:
+        // partitions without a leader, metadata not loaded yet. Which bus
+        // topics and partitions exist is the manifest's to say, so an
+        // unknown topic or partition from the broker is an outage too.
         Some(
             RDKafkaErrorCode::BrokerTransportFailure
             | RDKafkaErrorCode::AllBrokersDown
             | RDKafkaErrorCode::NetworkException
+            | RDKafkaErrorCode::Resolve
             | RDKafkaErrorCode::LeaderNotAvailable
-            | RDKafkaErrorCode::NotLeaderForPartition,
+            | RDKafkaErrorCode::NotLeaderForPartition
+            | RDKafkaErrorCode::BrokerNotAvailable
+            | RDKafkaErrorCode::ReplicaNotAvailable
+            | RDKafkaErrorCode::NotEnoughReplicas
+            | RDKafkaErrorCode::NotEnoughReplicasAfterAppend
+            | RDKafkaErrorCode::KafkaStorageError
+            | RDKafkaErrorCode::FencedLeaderEpoch
+            | RDKafkaErrorCode::UnknownLeaderEpoch
+            | RDKafkaErrorCode::OffsetNotAvailable
+            | RDKafkaErrorCode::NotCoordinator
+            | RDKafkaErrorCode::CoordinatorNotAvailable
+            | RDKafkaErrorCode::CoordinatorLoadInProgress
+            | RDKafkaErrorCode::UnknownPartition
+            | RDKafkaErrorCode::UnknownTopic
+            | RDKafkaErrorCode::UnknownTopicOrPartition
+            // The producer was fenced or failed; it is replaced, so a
+            // retry goes through a fresh one.
+            | RDKafkaErrorCode::Fatal,
         ) => BusError::Unavailable {
             backend: "kafka".to_owned(),
             reason: options.redact(format!("{what}: {error}")),

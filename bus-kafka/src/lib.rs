@@ -52,6 +52,8 @@ mod bus;
 mod client;
 mod dedup;
 mod fetch;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod options;
 mod provision;
 mod publish;
@@ -201,11 +203,10 @@ impl KafkaBus {
     /// The manifest entry of `topic`: from the cache, else after reading
     /// what other buses provisioned; [`BusError::UnknownTopic`] otherwise.
     pub(crate) fn entry(&self, topic: &str) -> Result<Entry, BusError> {
+        bus_core::validate_topic(topic)?;
         if let Some(entry) = lock(&self.core.registry).cached(topic) {
             return Ok(entry.clone());
         }
-        bus_core::validate_topic_name(topic)
-            .map_err(|reason| BusError::invalid("topic", reason))?;
         let core = &self.core;
         let mut registry = lock(&core.registry);
         registry.refresh(&core.options, &core.pool.meta, self.deadline())?;

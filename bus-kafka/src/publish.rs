@@ -132,6 +132,7 @@ pub(crate) fn deliver<'a>(
                     std::thread::park_timeout(Duration::from_millis(1));
                 }
                 Err((error, _)) => {
+                    core.heal_producer(&producer);
                     *slot = Some(Err(map_error(&core.options, "publish", error)));
                     break;
                 }

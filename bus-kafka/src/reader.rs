@@ -141,10 +141,16 @@ impl Pool {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, Offset::Offset(timestamp_ms))
             .map_err(|error| map_error(options, "offsets_for_times", error))?;
-        let found = client::retry(options, "offsets_for_times", deadline, || {
-            self.meta
-                .offsets_for_times(list.clone(), remaining(deadline).min(STALL * 4))
-        })?;
+        let found = client::retry(
+            options,
+            "offsets_for_times",
+            deadline,
+            self.meta.client(),
+            || {
+                self.meta
+                    .offsets_for_times(list.clone(), remaining(deadline).min(STALL * 4))
+            },
+        )?;
         let offset = found
             .find_partition(topic, partition)
             .map(|elem| elem.offset());
@@ -302,9 +308,13 @@ pub(crate) fn watermarks(
     partition: i32,
     deadline: Instant,
 ) -> Result<(u64, u64), BusError> {
-    let (low, high) = client::retry(options, "reading watermarks", deadline, || {
-        consumer.fetch_watermarks(topic, partition, remaining(deadline).min(STALL * 4))
-    })?;
+    let (low, high) = client::retry(
+        options,
+        "reading watermarks",
+        deadline,
+        consumer.client(),
+        || consumer.fetch_watermarks(topic, partition, remaining(deadline).min(STALL * 4)),
+    )?;
     Ok((
         u64::try_from(low).unwrap_or(0),
         u64::try_from(high).unwrap_or(0),

@@ -80,9 +80,13 @@ impl Registry {
         deadline: Instant,
     ) -> Result<(), BusError> {
         let topic = options.manifest_topic.as_str();
-        let (_, high) = client::retry(options, "reading the manifest topic", deadline, || {
-            meta.fetch_watermarks(topic, 0, remaining(deadline).min(Duration::from_secs(1)))
-        })?;
+        let (_, high) = client::retry(
+            options,
+            "reading the manifest topic",
+            deadline,
+            meta.client(),
+            || meta.fetch_watermarks(topic, 0, remaining(deadline).min(Duration::from_secs(1))),
+        )?;
         let high = u64::try_from(high).unwrap_or(0);
         if self.next >= high {
             return Ok(());

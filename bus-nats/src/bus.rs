@@ -10,7 +10,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, StoredEvent, check_partition, partition_for, validate_key,
-    validate_topic_name, validate_uid,
+    validate_topic, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};
@@ -113,11 +113,9 @@ impl NatsBus {
     /// The topic from the cache, else from the server (another process may
     /// have provisioned it). Unknown topics create nothing (contract C2).
     fn topic(&self, name: &str) -> Result<Arc<TopicState>, BusError> {
+        validate_topic(name)?;
         if let Some(state) = self.shared.cached(name) {
             return Ok(state);
-        }
-        if validate_topic_name(name).is_err() {
-            return Err(BusError::UnknownTopic(name.to_owned()));
         }
         let owned = name.to_owned();
         let spec = self.run("topic lookup", move |shared| async move {
@@ -224,28 +222,20 @@ impl EventBus for NatsBus {
                 .await
                 .map_err(|error| BusError::Backend(format!("stream {stream}: {error}")))?;
             // The server's per-subject index answers; nothing is scanned.
-            if let Some(auth) = shared.auth() {
-                let lookup = UidSubject {
-                    stream: &handle,
-                    subject: &subject,
-                    topic: &name,
-                    partition,
-                    uid: &uid,
-                    auth: &auth,
-                    what: &what,
-                };
-                return Ok(match lookup.resolve().await? {
-                    Resolved::Authentic(sequence) => Some(sequence),
-                    Resolved::Absent { .. } => None,
-                });
-            }
-            match handle.direct_get_last_for_subject(subject).await {
-                Ok(message) => Ok(Some(message.sequence)),
-                Err(error) if error.kind() == jetstream::stream::DirectGetErrorKind::NotFound => {
-                    Ok(None)
-                }
-                Err(error) => Err(unavailable(format!("{what}: {error}"))),
-            }
+            let auth = shared.auth();
+            let lookup = UidSubject {
+                stream: &handle,
+                subject: &subject,
+                topic: &name,
+                partition,
+                uid: &uid,
+                auth: auth.as_ref(),
+                what: &what,
+            };
+            Ok(match lookup.resolve().await? {
+                Resolved::Authentic(sequence) => Some(sequence),
+                Resolved::Absent { .. } => None,
+            })
         })?;
         Ok(sequence.map(|sequence| PublishAck {
             topic: topic.to_owned(),

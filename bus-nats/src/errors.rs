@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::context::{
     PublishError, PublishErrorKind, RequestError, RequestErrorKind,
 };
@@ -40,9 +41,33 @@ pub(crate) enum ApiFailure {
 impl ApiFailure {
     pub(crate) fn into_bus(self, what: &str, timeout: Duration) -> BusError {
         match self {
-            Self::Api(error) => BusError::Backend(format!("{what}: JetStream refused: {error}")),
+            Self::Api(error) => api_error(what, &error),
             Self::Request(error) => request_error(what, timeout, &error),
         }
+    }
+}
+
+/// Whether a JetStream API error says JetStream is not serving right now
+/// (a server starting or shutting down, a cluster without quorum) rather
+/// than anything about the request.
+pub(crate) fn out_of_service(code: ErrorCode) -> bool {
+    [
+        ErrorCode::JETSTREAM_NOT_ENABLED,
+        ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT,
+        ErrorCode::CLUSTER_NOT_AVAILABLE,
+        ErrorCode::CLUSTER_NOT_ACTIVE,
+        ErrorCode::CLUSTER_NOT_LEADER,
+        ErrorCode::CLUSTER_NO_PEERS,
+    ]
+    .contains(&code)
+}
+
+/// An error answer of the JetStream API.
+pub(crate) fn api_error(what: &str, error: &jetstream::Error) -> BusError {
+    if out_of_service(error.error_code()) {
+        unavailable(format!("{what}: {error}"))
+    } else {
+        BusError::Backend(format!("{what}: JetStream refused: {error}"))
     }
 }
 
@@ -60,8 +85,11 @@ pub(crate) fn request_error(what: &str, timeout: Duration, error: &RequestError)
 pub(crate) enum PublishFailure {
     /// The UID's subject already holds the record with this stream sequence.
     AlreadyStored(u64),
-    /// The partition's stream is gone.
-    StreamGone,
+    /// Nothing answered on the stream's subject ("no responders"): the
+    /// stream is gone, or JetStream is not serving it (a server shutting
+    /// down stops its streams before it drops connections). Only asking
+    /// for the stream tells which ([`crate::topics::unanswered`]).
+    NoResponders,
     /// Anything else, already mapped.
     Other(BusError),
 }
@@ -81,8 +109,12 @@ pub(crate) fn publish_failure(
                 "{what}: conditional publish refused without a usable sequence: {error}"
             ))),
         },
-        PublishErrorKind::StreamNotFound => PublishFailure::StreamGone,
+        // async-nats reports "no responders" as StreamNotFound.
+        PublishErrorKind::StreamNotFound => PublishFailure::NoResponders,
         PublishErrorKind::TimedOut => PublishFailure::Other(timed_out(what, timeout)),
+        PublishErrorKind::MaxAckPending => PublishFailure::Other(unavailable(format!(
+            "{what}: too many publishes awaiting their acks"
+        ))),
         PublishErrorKind::MaxPayloadExceeded => PublishFailure::Other(BusError::TooLarge {
             topic: topic.to_owned(),
             size: size as u64,
@@ -91,8 +123,16 @@ pub(crate) fn publish_failure(
         PublishErrorKind::BrokenPipe => PublishFailure::Other(unavailable(format!(
             "{what}: connection lost before the ack"
         ))),
-        _ => PublishFailure::Other(BusError::Backend(format!("{what}: {error}"))),
+        _ => PublishFailure::Other(match api_source(error) {
+            Some(api) => api_error(what, api),
+            None => BusError::Backend(format!("{what}: {error}")),
+        }),
     }
+}
+
+/// The JetStream API error behind a failed publish, if the server answered.
+fn api_source(error: &PublishError) -> Option<&jetstream::Error> {
+    std::error::Error::source(error)?.downcast_ref::<jetstream::Error>()
 }
 
 /// `N` of the server's "wrong last sequence: N" (error code 10071).

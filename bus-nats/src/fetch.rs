@@ -79,15 +79,6 @@ impl Cursor {
     }
 }
 
-fn partition_state(topic: &TopicState, partition: u32) -> Result<&PartitionState, BusError> {
-    topic.partitions.get(partition as usize).ok_or_else(|| {
-        BusError::Backend(format!(
-            "topic {:?} lost partition {partition}",
-            topic.spec.name
-        ))
-    })
-}
-
 /// The stream's first and last sequence, from the server.
 async fn bounds(
     shared: &Shared,
@@ -113,7 +104,7 @@ pub(crate) async fn offsets(
     topic: Arc<TopicState>,
     partition: u32,
 ) -> Result<PartitionOffsets, BusError> {
-    let state = partition_state(&topic, partition)?;
+    let state = topic.partition(partition)?;
     let what = format!(
         "offsets of topic {:?} partition {partition}",
         topic.spec.name
@@ -135,7 +126,7 @@ pub(crate) async fn fetch(
     max: usize,
 ) -> Result<Vec<RawMessage>, BusError> {
     let name = topic.spec.name.as_str();
-    let state = partition_state(&topic, partition)?;
+    let state = topic.partition(partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
     let mut start = offset.saturating_add(1);
     let mut end = state.known_end();

@@ -34,6 +34,8 @@
 mod bus;
 mod errors;
 mod fetch;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod naming;
 mod options;
 mod publish;

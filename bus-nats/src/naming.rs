@@ -117,6 +117,10 @@ pub fn decode_header_text(text: &str) -> Option<String> {
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = text.get(i + 1..i + 3)?;
+            // `from_str_radix` alone would also take a sign (`%+A`).
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
@@ -161,6 +165,7 @@ mod tests {
         }
         assert_eq!(decode_header_text("%zz"), None);
         assert_eq!(decode_header_text("%4"), None);
+        assert_eq!(decode_header_text("%+A"), None, "a sign is not a hex digit");
     }
 
     #[test]

@@ -35,8 +35,8 @@ pub struct NatsOptions {
     pub connect_timeout: Duration,
     /// User name, with [`NatsOptions::password`].
     pub user: Option<String>,
-    password: Option<String>,
-    token: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) token: Option<String>,
     /// A `.creds` file (JWT + NKey seed).
     pub credentials_file: Option<PathBuf>,
     /// Refuse plain-text connections.

@@ -15,6 +15,7 @@ use crate::errors::{PublishFailure, publish_failure};
 use crate::naming::record_subject;
 use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{Shared, TopicState};
+use crate::topics::unanswered;
 use crate::uid::{Resolved, UidSubject};
 
 /// Publishes of one UID record tried before giving up on a subject that
@@ -27,15 +28,15 @@ pub(crate) struct Prepared {
     subject: String,
     headers: HeaderMap,
     payload: Bytes,
-    /// With a control key, a UID record keeps what it needs to be signed
-    /// again under another guard (see [`crate::uid`]).
+    /// A UID record keeps what it needs to find the UID's first record or
+    /// to be sent again under another guard (see [`crate::uid`]).
     resend: Option<Resend>,
 }
 
 struct Resend {
     key: String,
     uid: String,
-    auth: RecordAuth,
+    auth: Option<RecordAuth>,
 }
 
 /// Checks and encodes one record; nothing is sent yet, so a batch with a
@@ -85,14 +86,11 @@ pub(crate) fn prepare(
         partition,
         subject: record_subject(stream, uid),
         headers,
-        resend: match (auth, uid) {
-            (Some(auth), Some(uid)) => Some(Resend {
-                key: key.to_owned(),
-                uid: uid.to_owned(),
-                auth,
-            }),
-            _ => None,
-        },
+        resend: uid.map(|uid| Resend {
+            key: key.to_owned(),
+            uid: uid.to_owned(),
+            auth,
+        }),
         payload: Bytes::from(payload),
     })
 }
@@ -135,9 +133,9 @@ pub(crate) async fn send_all(
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => sequence,
                 },
-                PublishFailure::StreamGone => {
-                    shared.forget(name);
-                    return Err(BusError::UnknownTopic(name.to_owned()));
+                PublishFailure::NoResponders => {
+                    let stream = &topic.partition(partition)?.stream;
+                    return Err(unanswered(&shared, name, stream, &what).await);
                 }
                 PublishFailure::Other(error) => return Err(error),
             },
@@ -164,8 +162,9 @@ fn failure(
     publish_failure(error, what, shared.timeout, size, shared.max_payload, topic)
 }
 
-/// The UID's subject already holds something: answer with its authentic
-/// record, or store this one after the forgeries, conditioned on the
+/// The UID's subject already holds something: answer with its first
+/// authentic record (the refusal names the subject's last message, which may
+/// be a replay), or store this one after the forgeries, conditioned on the
 /// subject's last sequence (so concurrent retries still store one record).
 async fn settle(
     shared: &Shared,
@@ -190,7 +189,7 @@ async fn settle(
         topic: name,
         partition,
         uid: &resend.uid,
-        auth: &resend.auth,
+        auth: resend.auth.as_ref(),
         what,
     };
     for _attempt in 0..MAX_SETTLE_ATTEMPTS {
@@ -205,7 +204,7 @@ async fn settle(
             uid: Some(&resend.uid),
             value: payload,
         };
-        let headers = record_headers(Some(&resend.auth), parts, Guard::After(last))?;
+        let headers = record_headers(resend.auth.as_ref(), parts, Guard::After(last))?;
         let size = payload.len() + headers_len(&headers);
         let acked = match shared
             .js
@@ -221,9 +220,8 @@ async fn settle(
             Err(error) => match failure(shared, name, what, size, &error) {
                 // Someone stored on the subject meanwhile: look again.
                 PublishFailure::AlreadyStored(_) => {}
-                PublishFailure::StreamGone => {
-                    shared.forget(name);
-                    return Err(BusError::UnknownTopic(name.to_owned()));
+                PublishFailure::NoResponders => {
+                    return Err(unanswered(shared, name, &state.stream, what).await);
                 }
                 PublishFailure::Other(error) => return Err(error),
             },

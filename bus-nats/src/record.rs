@@ -123,16 +123,16 @@ fn parse(
     Ok((key, uid))
 }
 
-/// Whether `message` is an authentic record of `topic`/`partition` with
-/// this `uid` under `auth`.
+/// Whether `message` is a record of `topic`/`partition` with this `uid`,
+/// authentic under `auth` when a key is set.
 pub(crate) fn is_authentic(
     topic: &str,
     partition: u32,
-    auth: &RecordAuth,
+    auth: Option<&RecordAuth>,
     uid: &str,
     message: &RawMessage,
 ) -> bool {
-    matches!(parse(topic, partition, Some(auth), message), Ok((_, Some(found))) if found == uid)
+    matches!(parse(topic, partition, auth, message), Ok((_, Some(found))) if found == uid)
 }
 
 /// Decodes and verifies one message of `topic`/`partition`.

@@ -7,8 +7,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_nats::jetstream::Context;
-use bus_core::TopicSpec;
 use bus_core::auth::RecordAuth;
+use bus_core::{BusError, TopicSpec};
 
 use crate::fetch::Cursor;
 use crate::naming::stream_name;
@@ -38,6 +38,18 @@ pub(crate) struct PartitionState {
     /// Sequences only grow, so reads below it need not ask the server
     /// where the stream ends.
     known_end: AtomicU64,
+}
+
+impl TopicState {
+    /// The state of `partition` (which the caller checked against the spec).
+    pub(crate) fn partition(&self, partition: u32) -> Result<&PartitionState, BusError> {
+        self.partitions.get(partition as usize).ok_or_else(|| {
+            BusError::Backend(format!(
+                "topic {:?} lost partition {partition}",
+                self.spec.name
+            ))
+        })
+    }
 }
 
 impl PartitionState {

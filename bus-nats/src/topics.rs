@@ -14,7 +14,7 @@ use bus_core::{BusError, Manifest, TopicSpec};
 use futures::StreamExt;
 use futures::future::try_join_all;
 
-use crate::errors::{ApiFailure, unavailable};
+use crate::errors::{ApiFailure, api_error, timed_out, unavailable};
 use crate::naming::{META_PARTITION, META_SPEC, META_TOPIC, stream_name, stream_subjects};
 use crate::shared::Shared;
 
@@ -36,6 +36,23 @@ pub(crate) async fn stream_info(js: &Context, stream: &str) -> Result<Option<Inf
         Response::Ok(info) => Ok(Some(info)),
         Response::Err { error } if error.error_code() == ErrorCode::STREAM_NOT_FOUND => Ok(None),
         Response::Err { error } => Err(ApiFailure::Api(error)),
+    }
+}
+
+/// Why nothing answered a publish on `topic`'s `stream`: a stream the
+/// server says does not exist makes the topic unknown (and forgotten, so a
+/// topic provisioned again is looked up afresh); a stream that exists, or a
+/// server that cannot say, is an outage, and the topic stays known.
+pub(crate) async fn unanswered(shared: &Shared, topic: &str, stream: &str, what: &str) -> BusError {
+    match stream_info(&shared.js, stream).await {
+        Ok(None) => {
+            shared.forget(topic);
+            BusError::UnknownTopic(topic.to_owned())
+        }
+        Ok(Some(_)) => unavailable(format!(
+            "{what}: JetStream did not answer for stream {stream} (is the server shutting down?)"
+        )),
+        Err(failure) => failure.into_bus(what, shared.timeout),
     }
 }
 
@@ -141,10 +158,18 @@ async fn create_partition(
                     Err(failure) => Err(failure.into_bus("provisioning", shared.timeout)),
                 };
             }
-            Err(BusError::Backend(format!(
-                "creating stream {name} for topic {:?} partition {partition}: {error}",
+            let what = format!(
+                "creating stream {name} for topic {:?} partition {partition}",
                 spec.name
-            )))
+            );
+            Err(match error.kind() {
+                CreateStreamErrorKind::TimedOut => timed_out(&what, shared.timeout),
+                CreateStreamErrorKind::JetStreamUnavailable => {
+                    unavailable(format!("{what}: {error}"))
+                }
+                CreateStreamErrorKind::JetStream(api) => api_error(&what, &api),
+                _ => BusError::Backend(format!("{what}: {error}")),
+            })
         }
     }
 }

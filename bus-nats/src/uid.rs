@@ -1,10 +1,12 @@
-//! UID subjects under a control key (contracts C6, C7, C14). Anyone who can
-//! publish onto a partition's subjects can put a message on a UID's subject
-//! before the bus does; without a valid tag it must not answer for the UID.
-//! So with a key set, the record that answers is the first authentic one on
-//! the subject, and a genuine publish that finds only forgeries is stored
-//! anyway, conditioned on the subject's last sequence so that concurrent
-//! retries still store one record.
+//! UID subjects (contracts C6, C7, C14). Each UID has its own subject in
+//! the partition's stream; the record that answers for a UID is the FIRST
+//! one on that subject that carries the UID (and, with a control key set, a
+//! tag that verifies). Anyone who can publish onto a partition's subjects can
+//! put messages there: a forgery before the bus's record must not answer,
+//! and neither may a byte-exact replay of the record after it (its tag
+//! verifies too: tags do not cover sequences). A genuine publish that finds
+//! no authentic record is stored anyway, conditioned on the subject's last
+//! sequence so that concurrent retries still store one record.
 
 use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use bus_core::BusError;
@@ -13,15 +15,15 @@ use bus_core::auth::RecordAuth;
 use crate::errors::unavailable;
 use crate::record::{RawMessage, from_stream_message, is_authentic};
 
-/// Messages read per UID subject looking for an authentic one; past this
-/// the subject's last message decides (a flood of forgeries cannot make a
-/// lookup unbounded).
+/// Messages read per UID subject looking for the first authentic one; past
+/// this the subject's last message decides (a flood of forgeries cannot make
+/// a lookup unbounded).
 const MAX_SCAN: usize = 32;
 
 /// What a UID's subject holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resolved {
-    /// The authentic record with this stream sequence.
+    /// The first authentic record, with this stream sequence.
     Authentic(u64),
     /// No authentic record; the subject's last sequence (0 when empty).
     Absent { last: u64 },
@@ -34,7 +36,8 @@ pub(crate) struct UidSubject<'a> {
     pub(crate) topic: &'a str,
     pub(crate) partition: u32,
     pub(crate) uid: &'a str,
-    pub(crate) auth: &'a RecordAuth,
+    /// The control key; without one, any record carrying the UID counts.
+    pub(crate) auth: Option<&'a RecordAuth>,
     pub(crate) what: &'a str,
 }
 
@@ -73,28 +76,31 @@ impl UidSubject<'_> {
         }
     }
 
-    /// The common case first: the last message is authentic (one get).
-    /// Otherwise the subject is walked from its start, bounded.
+    /// The common case first: the subject's first message is authentic (one
+    /// get, answered from the server's per-subject index). Otherwise the
+    /// subject is walked on, bounded, and then its last message decides.
     pub(crate) async fn resolve(&self) -> Result<Resolved, BusError> {
-        let Some(last) = self.last().await? else {
-            return Ok(Resolved::Absent { last: 0 });
-        };
-        // The bus stores a second record for a UID only after finding none
-        // authentic, so an authentic last message is the UID's record (an
-        // exact replay of it would be too: the tag does not cover offsets).
-        if self.authentic(&last) {
-            return Ok(Resolved::Authentic(last.sequence));
-        }
         let mut from = 1;
+        let mut seen = 0;
         for _ in 0..MAX_SCAN {
             match self.next(from).await? {
-                Some(message) if message.sequence >= last.sequence => break,
                 Some(message) if self.authentic(&message) => {
                     return Ok(Resolved::Authentic(message.sequence));
                 }
-                Some(message) => from = message.sequence + 1,
-                None => break,
+                Some(message) => {
+                    seen = message.sequence;
+                    from = message.sequence + 1;
+                }
+                None => return Ok(Resolved::Absent { last: seen }),
             }
+        }
+        let Some(last) = self.last().await? else {
+            return Ok(Resolved::Absent { last: 0 });
+        };
+        // Past the scan only the newest message is checked: behind a flood
+        // of forgeries the bus stores its record last.
+        if self.authentic(&last) {
+            return Ok(Resolved::Authentic(last.sequence));
         }
         Ok(Resolved::Absent {
             last: last.sequence,

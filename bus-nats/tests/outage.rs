@@ -1,21 +1,25 @@
-//! C10 against a real outage: a private nats-server is killed while a bus
-//! publishes, and started again on the same port and store. Calls fail
-//! within timeout + 1 s, the same bus recovers without being rebuilt, and
-//! no acknowledged record is lost.
+//! C10 against real outages of a private nats-server, stopped cleanly
+//! (SIGTERM) or killed (SIGKILL) while publisher threads and a reader keep
+//! calling one bus, then started again on the same port and store. Every
+//! failed call fails within timeout + 1 s with a retryable error (never
+//! `UnknownTopic`), the same bus publishes and fetches again, no
+//! acknowledged record is lost and UIDs still deduplicate.
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bus_conformance::util::{fetch_all, poll_until};
-use bus_core::{EventBus, Manifest, PublishAck, TopicSpec};
+use bus_conformance::outage::{Stop, signal, stop, with_traffic};
+use bus_conformance::util::poll_until;
+use bus_core::{EventBus, Manifest, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
 use common::{Server, free_port, server_binary_or_skip, start};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
-const BOUND: Duration = Duration::from_secs(3);
+const LIMIT: Duration = Duration::from_secs(3);
+const PARTITIONS: u32 = 2;
+const WAIT: Duration = Duration::from_secs(30);
 
 fn connect(url: &str) -> NatsBus {
     let options = NatsOptions::from_url(url)
@@ -23,102 +27,93 @@ fn connect(url: &str) -> NatsBus {
         .prefix("outage")
         .timeout(TIMEOUT)
         .connect_timeout(TIMEOUT);
-    poll_until(
-        "the server to accept a bus",
-        Duration::from_secs(30),
-        || NatsBus::connect_with(options.clone()).ok(),
-    )
+    poll_until("the server to accept a bus", WAIT, || {
+        NatsBus::connect_with(options.clone()).ok()
+    })
 }
 
-#[test]
-fn outage_fails_fast_and_recovers_without_rebuild() {
+/// How the test takes its server down.
+#[derive(Debug, Clone, Copy)]
+enum Down {
+    Stop(Stop),
+    /// Lame duck mode (SIGUSR2, `nats-server --signal ldm`), the graceful
+    /// stop: JetStream shuts down at once while clients stay connected for
+    /// the grace period, so every publish meets "no responders"; then
+    /// SIGTERM ends it.
+    LameDuck,
+}
+
+fn outage(how: Down) {
     let Some(binary) = server_binary_or_skip("outage") else {
         return;
     };
     let store = tempfile::tempdir().expect("store dir");
     let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
     let mut server = Server(start(&binary, port, store.path(), ""));
-    let bus = connect(&url);
-    bus.provision(&Manifest::new([TopicSpec::new("t", 1)]))
+    let bus = connect(&format!("nats://127.0.0.1:{port}"));
+    let topic = "t";
+    bus.provision(&Manifest::new([TopicSpec::new(topic, PARTITIONS)]))
         .expect("provision");
-
-    let mut acked: BTreeMap<String, PublishAck> = BTreeMap::new();
-    let mut publish = |bus: &NatsBus, i: usize| {
-        let uid = format!("u{i}");
-        let started = Instant::now();
-        let result = bus.publish_idempotent("t", "k", &json!({ "i": i }), &uid);
-        let took = started.elapsed();
-        assert!(took < BOUND, "publish #{i} took {took:?}");
-        if let Ok(ack) = &result {
-            acked.insert(uid, ack.clone());
-        }
-        result
-    };
-    for i in 0..50 {
-        publish(&bus, i).expect("publish before the outage");
-    }
-
-    // Kill the server while publishing: every call returns an error in time.
-    let _ = server.0.kill();
-    let _ = server.0.wait();
-    let mut failures = 0;
-    let mut i = 50;
-    while failures < 3 {
-        if publish(&bus, i).is_err() {
-            failures += 1;
-        }
-        i += 1;
-        assert!(
-            i < 1_000,
-            "publishes kept succeeding with the server killed"
-        );
-    }
-    let started = Instant::now();
-    assert!(bus.fetch("t", 0, 0, 10).is_err(), "fetch during the outage");
-    assert!(
-        bus.find_event_by_uid("t", "k", "u1").is_err(),
-        "find during the outage"
-    );
-    assert!(
-        started.elapsed() < BOUND * 2,
-        "reads took {:?}",
-        started.elapsed()
-    );
-
-    // Back on the same port and store: the same bus works again.
-    server = Server(start(&binary, port, store.path(), ""));
-    let recovered = poll_until("the bus to publish again", Duration::from_secs(60), || {
-        let result = publish(&bus, i);
-        i += 1;
-        result.ok()
-    });
-    for _ in 0..20 {
-        publish(&bus, i).expect("publish after recovery");
-        i += 1;
-    }
-    poll_until("fetch to work again", Duration::from_secs(30), || {
-        bus.fetch("t", 0, 0, 100).ok()
-    });
-    let stored = fetch_all(&bus, "t", 0, 0);
-    let by_offset: BTreeMap<u64, &serde_json::Value> = stored
-        .iter()
-        .map(|event| (event.offset, &event.value))
+    let before: Vec<_> = (0..20)
+        .map(|i| {
+            let (uid, value) = (format!("u{i}"), json!({ "before": i }));
+            let ack = bus
+                .publish_idempotent(topic, &format!("k{i}"), &value, &uid)
+                .expect("publish before the outage");
+            (uid, value, ack)
+        })
         .collect();
-    for (uid, ack) in &acked {
-        let n: usize = uid[1..].parse().expect("uid number");
-        assert_eq!(
-            by_offset.get(&ack.offset).copied(),
-            Some(&json!({ "i": n })),
-            "acked {uid} at offset {} is missing",
-            ack.offset
+
+    let ((), mut outcome) = with_traffic(&bus, topic, PARTITIONS, 2, |progress| {
+        progress.wait_for_successes("traffic before the outage", WAIT);
+        match how {
+            Down::Stop(how) => stop(&mut server.0, how, WAIT),
+            Down::LameDuck => signal(&server.0, "USR2"),
+        }
+        // Twice: calls that were in flight, then calls made while it is down.
+        progress.wait_for_failures("every worker to fail during the outage", WAIT);
+        progress.wait_for_failures("every worker to fail again", WAIT);
+        assert!(
+            bus.topics().iter().any(|name| name == topic),
+            "the bus forgot its topic during the outage"
         );
+        if let Down::LameDuck = how {
+            stop(&mut server.0, Stop::Clean, WAIT);
+        }
+        server = Server(start(&binary, port, store.path(), ""));
+        progress.wait_for_successes("the same bus to publish and fetch again", WAIT * 2);
+    });
+
+    eprintln!("{how:?}: {}", outcome.summary());
+    assert!(!outcome.failures.is_empty(), "no call failed ({how:?})");
+    outcome.assert_failures_transient(LIMIT);
+    assert!(outcome.fetched > 0, "the reader read nothing");
+    outcome.acked.extend(
+        before
+            .iter()
+            .map(|(_, value, ack)| (ack.clone(), value.clone())),
+    );
+    outcome.assert_acked_stored(&bus, topic, PARTITIONS);
+    for (i, (uid, value, ack)) in before.iter().enumerate() {
         let again = bus
-            .publish_idempotent("t", "k", &json!({ "i": n }), uid)
+            .publish_idempotent(topic, &format!("k{i}"), value, uid)
             .expect("retry after recovery");
         assert_eq!(&again, ack, "{uid} must still deduplicate");
     }
-    assert!(acked.contains_key(&format!("u{}", i - 1)));
-    assert!(recovered.offset >= 50);
     drop(server);
+}
+
+#[test]
+fn clean_stop_fails_retryably_and_the_same_bus_recovers() {
+    outage(Down::Stop(Stop::Clean));
+}
+
+#[test]
+fn kill_fails_retryably_and_the_same_bus_recovers() {
+    outage(Down::Stop(Stop::Kill));
+}
+
+#[test]
+fn lame_duck_fails_retryably_and_the_same_bus_recovers() {
+    outage(Down::LameDuck);
 }

@@ -162,8 +162,8 @@ pub fn fetch(
     Ok(())
 }
 
-/// Opens `url`, waiting up to 10 s while another process holds an
-/// embedded directory's lock (a `tail --follow` holds it only between polls).
+/// Opens `url`, waiting up to 10 s while another writer holds an embedded
+/// directory's lock (`tail` takes none: it opens read-only).
 pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut pause = Duration::from_millis(2);
@@ -386,7 +386,13 @@ pub fn record_line(topic: &str, event: &bus::StoredEvent) -> serde_json::Value {
 /// Opens `url` for reading beside a writer: an embedded directory is opened
 /// read-only (no lock taken, so publishers are never kept out).
 pub fn connect_reader(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    connect(url)
+    match url.split_once("://") {
+        Some(("file", rest)) if !rest.contains('?') => {
+            bus::connect(&format!("{url}?read_only=true"))
+        }
+        None => bus::connect(&format!("file://{url}?read_only=true")),
+        _ => connect(url),
+    }
 }
 
 /// `find`: the ack of the record with `uid`.

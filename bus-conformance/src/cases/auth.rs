@@ -203,3 +203,10 @@ pub fn c14_forged_uid_does_not_capture_dedup(ctx: &mut Ctx) -> CaseResult {
     );
     Ok(())
 }
+
+/// C14: a byte-exact replay of an authentic UID record (its tag verifies
+/// too) never takes the original's place: find-by-UID and dedup answer the
+/// first authentic record, also after a reopen.
+pub fn c14_replayed_record_does_not_take_the_originals_place(ctx: &mut Ctx) -> CaseResult {
+    crate::cases::dedup::replay_keeps_the_original(ctx, Some(KEY))
+}

@@ -2,11 +2,12 @@
 
 use std::sync::{Arc, Barrier};
 
-use bus_core::{BatchRecord, BusError, PublishAck, partition_for};
+use bus_core::auth::{RecordAuth, RecordParts};
+use bus_core::{BatchRecord, BusError, EventBus, PublishAck, partition_for};
 use serde_json::json;
 
-use crate::util::{fetch_all, ok};
-use crate::{CaseResult, Ctx, assert_err};
+use crate::util::{fetch_all, ok, publish_n};
+use crate::{CaseResult, Ctx, RawRecord, assert_err};
 
 fn stored_count(ctx: &Ctx, topic: &str, key: &str) -> usize {
     let partitions = ok("partitions", ctx.bus().partitions(topic));
@@ -242,4 +243,137 @@ pub fn c06_empty_metadata_uid_is_no_uid(ctx: &mut Ctx) -> CaseResult {
     assert_ne!(a, b);
     assert_eq!(stored_count(ctx, &topic, "k"), 2);
     Ok(())
+}
+
+/// Exactly the record the bus stores for `uid` (same key, value bytes and,
+/// under `control_key`, the same tag), as a foreign client would copy it.
+fn exact_copy(
+    topic: &str,
+    key: &str,
+    uid: &str,
+    value: &serde_json::Value,
+    control_key: Option<[u8; 32]>,
+) -> RawRecord {
+    let bytes = serde_json::to_vec(value).unwrap_or_else(|error| panic!("encode: {error}"));
+    let tag = control_key.map(|control_key| {
+        RecordAuth::new(&control_key)
+            .tag(RecordParts {
+                topic,
+                partition: 0,
+                key,
+                uid: Some(uid),
+                value: &bytes,
+            })
+            .to_vec()
+    });
+    RawRecord {
+        key: key.to_owned(),
+        uid: Some(uid.to_owned()),
+        value: bytes,
+        tag,
+    }
+}
+
+/// Byte-exact replays, written later into the partition by a foreign
+/// client, of a UID record the bus published and of one a foreign client
+/// wrote first: the first record of each UID keeps answering for it
+/// (contracts C6, C7, C14), also after a reopen.
+pub(crate) fn replay_keeps_the_original(
+    ctx: &mut Ctx,
+    control_key: Option<[u8; 32]>,
+) -> CaseResult {
+    if let Some(key) = control_key {
+        ctx.set_control_key(key);
+    }
+    let topic = ctx.simple_topic("t", 1);
+    let key = "k";
+    let value = json!({"amount": 7, "note": "ünï"});
+    let published = ok(
+        "publish",
+        ctx.bus().publish_idempotent(&topic, key, &value, "pay-7"),
+    );
+    publish_n(ctx.bus(), &topic, key, 1);
+    let foreign = exact_copy(&topic, key, "pay-8", &value, control_key);
+    ctx.inject_raw(&topic, 0, &foreign)?;
+    let foreign_first = ok("offsets", ctx.bus().offsets(&topic, 0)).next - 1;
+    ctx.inject_raw(
+        &topic,
+        0,
+        &exact_copy(&topic, key, "pay-7", &value, control_key),
+    )?;
+    ctx.inject_raw(&topic, 0, &foreign)?;
+    let stored = ok("offsets", ctx.bus().offsets(&topic, 0)).next;
+    assert_eq!(
+        stored,
+        foreign_first + 3,
+        "three records written around the bus"
+    );
+    // The copies are exact: each reads back as a valid record of its own.
+    let copies = ok(
+        "fetch the copies",
+        ctx.bus().fetch(&topic, 0, foreign_first, 3),
+    );
+    assert_eq!(copies.len(), 3);
+    for copy in &copies {
+        assert_eq!((copy.key.as_str(), &copy.value), (key, &value));
+    }
+    let firsts = [
+        ("pay-7", published),
+        (
+            "pay-8",
+            PublishAck {
+                topic: topic.clone(),
+                partition: 0,
+                offset: foreign_first,
+            },
+        ),
+    ];
+    let check = |bus: &dyn EventBus, when: &str| {
+        for (uid, first) in &firsts {
+            let first = Some(first.clone());
+            let answers = [
+                ("find_event_by_uid", bus.find_event_by_uid(&topic, key, uid)),
+                (
+                    "a retry",
+                    bus.publish_idempotent(&topic, key, &value, uid).map(Some),
+                ),
+                (
+                    "a metadata.uid retry",
+                    bus.publish(&topic, key, &json!({"metadata": {"uid": uid}}))
+                        .map(Some),
+                ),
+                (
+                    "a batch retry",
+                    bus.publish_batch(
+                        &topic,
+                        &[BatchRecord::new(key, value.clone()).with_uid(*uid)],
+                    )
+                    .map(|acks| acks.into_iter().next()),
+                ),
+            ];
+            for (what, answer) in answers {
+                assert_eq!(
+                    ok(what, answer),
+                    first,
+                    "{when}: {what} of {uid} must answer the first record of the UID"
+                );
+            }
+        }
+        assert_eq!(
+            ok("offsets", bus.offsets(&topic, 0)).next,
+            stored,
+            "{when}: the retries stored nothing"
+        );
+    };
+    check(ctx.bus(), "before reopen");
+    if ctx.reopen().is_ok() {
+        check(ctx.bus(), "after reopen");
+    }
+    Ok(())
+}
+
+/// C6/C7: without a control key, the first record of a UID answers for it:
+/// a byte-exact replay written later never takes its place.
+pub fn c07_replayed_record_does_not_answer_for_its_uid(ctx: &mut Ctx) -> CaseResult {
+    replay_keeps_the_original(ctx, None)
 }

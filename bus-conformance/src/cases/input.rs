@@ -1,10 +1,122 @@
-//! C12 limits and bad input, C13 errors.
+//! C5/C12 limits and bad input, C13 errors.
 
-use bus_core::{BusError, EventBus, TopicSpec, partition_for};
-use serde_json::json;
+use bus_core::{
+    BatchRecord, BusError, EventBus, MAX_JSON_DEPTH, PartitionOffsets, TopicSpec, json_depth,
+    partition_for,
+};
+use serde_json::{Value, json};
 
 use crate::util::{fetch_all, ok};
 use crate::{CaseResult, Ctx, assert_err};
+
+/// `depth` levels of arrays (`arrays`) or of alternating arrays and
+/// objects around `1`.
+fn nested(depth: usize, arrays: bool) -> Value {
+    (0..depth).fold(json!(1), |inner, level| {
+        if arrays || level % 2 == 0 {
+            json!([inner])
+        } else {
+            json!({ "d": inner })
+        }
+    })
+}
+
+/// C5: a value nested exactly [`MAX_JSON_DEPTH`] deep is stored and reads
+/// back equal, published alone, by UID or in a batch, and after a reopen.
+pub fn c05_values_at_the_depth_limit_round_trip(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let values = [
+        nested(MAX_JSON_DEPTH, true),
+        nested(MAX_JSON_DEPTH, false),
+        json!({ "metadata": { "uid": "deep-meta" }, "deep": nested(MAX_JSON_DEPTH - 1, true) }),
+    ];
+    for value in &values {
+        assert_eq!(json_depth(value), MAX_JSON_DEPTH);
+    }
+    let bus = ctx.bus();
+    let mut acks = vec![
+        ok("publish", bus.publish(&topic, "k", &values[0])),
+        ok(
+            "publish_idempotent",
+            bus.publish_idempotent(&topic, "k", &values[1], "deep-1"),
+        ),
+    ];
+    acks.extend(ok(
+        "publish_batch",
+        bus.publish_batch(&topic, &[BatchRecord::new("k", values[2].clone())]),
+    ));
+    let offsets: Vec<u64> = acks.iter().map(|ack| ack.offset).collect();
+    assert_eq!(offsets, [0, 1, 2]);
+    let check = |bus: &dyn EventBus| {
+        let stored = fetch_all(bus, &topic, 0, 0);
+        let got: Vec<&Value> = stored.iter().map(|event| &event.value).collect();
+        assert_eq!(got, values.iter().collect::<Vec<_>>());
+        assert_eq!(
+            ok("find", bus.find_event_by_uid(&topic, "k", "deep-1")),
+            Some(acks[1].clone())
+        );
+    };
+    check(ctx.bus());
+    if ctx.reopen().is_ok() {
+        check(ctx.bus());
+    }
+    Ok(())
+}
+
+/// C5: a value nested deeper than [`MAX_JSON_DEPTH`] (which serde_json, and
+/// so fetch, could not decode from 128 on) is refused at publish with
+/// `TooDeep`, alone, by UID or anywhere in a batch; nothing is stored and
+/// the UID is not taken.
+pub fn c05_too_deep_values_are_refused(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let fine = json!({ "fine": true });
+    for depth in [MAX_JSON_DEPTH + 1, 128, 1_000] {
+        let deep = nested(depth, depth % 2 == 0);
+        let uid = format!("deep-{depth}");
+        let refused = |result: Result<(), BusError>| {
+            let error = result
+                .err()
+                .unwrap_or_else(|| panic!("depth {depth}: accepted"));
+            assert!(
+                matches!(
+                    &error,
+                    BusError::TooDeep { topic: named, depth: found, limit: MAX_JSON_DEPTH }
+                        if *named == topic && *found == depth
+                ),
+                "depth {depth}: expected TooDeep, got {error:?}"
+            );
+            assert!(!error.is_transient());
+        };
+        let bus = ctx.bus();
+        refused(bus.publish(&topic, "k", &deep).map(drop));
+        refused(bus.publish_idempotent(&topic, "k", &deep, &uid).map(drop));
+        refused(
+            bus.publish_batch(
+                &topic,
+                &[
+                    BatchRecord::new("k", fine.clone()),
+                    BatchRecord::new("k", deep.clone()).with_uid(uid.clone()),
+                    BatchRecord::new("k", fine.clone()),
+                ],
+            )
+            .map(drop),
+        );
+        assert_eq!(
+            ok("offsets", bus.offsets(&topic, 0)),
+            PartitionOffsets { first: 0, next: 0 },
+            "depth {depth}: nothing stored"
+        );
+        assert_eq!(ok("find", bus.find_event_by_uid(&topic, "k", &uid)), None);
+    }
+    let bus = ctx.bus();
+    assert_eq!(ok("publish", bus.publish(&topic, "k", &fine)).offset, 0);
+    let taken = ok(
+        "publish a refused UID",
+        bus.publish_idempotent(&topic, "k", &fine, &format!("deep-{}", MAX_JSON_DEPTH + 1)),
+    );
+    assert_eq!(taken.offset, 1, "the refused UID was not remembered");
+    Ok(())
+}
 
 /// C12: a value over `max_record_bytes` is refused with its own error and
 /// nothing is stored; one just under fits.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use bus_core::{BusError, TopicSpec, now_ms, partition_for};
+use bus_core::{BusError, MAX_JSON_DEPTH, TopicSpec, now_ms, partition_for};
 use serde_json::{Value, json};
 
 use crate::util::{assert_contiguous, fetch_all, key_for_partition, ok, publish_n};
@@ -172,7 +172,8 @@ pub fn c05_fetch_at_end_returns_promptly(ctx: &mut Ctx) -> CaseResult {
 pub fn c05_values_round_trip_exactly(ctx: &mut Ctx) -> CaseResult {
     let topic = ctx.simple_topic("t", 3);
     let mut deep = json!("bottom");
-    for depth in 0..100 {
+    // Inside `{"deep": ..}` below: as deep as the bus accepts.
+    for depth in 0..MAX_JSON_DEPTH - 1 {
         deep = if depth % 2 == 0 {
             json!([deep])
         } else {

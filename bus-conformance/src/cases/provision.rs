@@ -220,6 +220,48 @@ pub fn c02_unknown_topic_is_refused_and_not_created(ctx: &mut Ctx) -> CaseResult
     Ok(())
 }
 
+/// C1/C2: a topic name no manifest could provision (empty, `.`, `..`, a
+/// character outside `[A-Za-z0-9._-]`, over 200 bytes) is
+/// `InvalidArgument` on field `topic` for every operation, before any
+/// lookup; nothing is created.
+pub fn c02_invalid_topic_names_are_invalid_arguments(ctx: &mut Ctx) -> CaseResult {
+    ctx.simple_topic("t", 1);
+    let before = ctx.bus().topics();
+    let long = "t".repeat(201);
+    let value = json!({"x": 1});
+    let batch = [BatchRecord::new("k", value.clone()).with_uid("u-2")];
+    for name in ["", ".", "..", "a/b", "a b", "a*", "ü", long.as_str()] {
+        let bus = ctx.bus();
+        let results = [
+            ("publish", bus.publish(name, "k", &value).err()),
+            (
+                "publish_idempotent",
+                bus.publish_idempotent(name, "k", &value, "u-1").err(),
+            ),
+            ("publish_batch", bus.publish_batch(name, &batch).err()),
+            ("empty publish_batch", bus.publish_batch(name, &[]).err()),
+            ("fetch", bus.fetch(name, 0, 0, 10).err()),
+            ("partitions", bus.partitions(name).err()),
+            (
+                "find_event_by_uid",
+                bus.find_event_by_uid(name, "k", "u-1").err(),
+            ),
+            ("offsets", bus.offsets(name, 0).err()),
+        ];
+        for (operation, error) in results {
+            assert!(
+                matches!(&error, Some(BusError::InvalidArgument { field, .. }) if field == "topic"),
+                "{operation} on topic {name:?}: expected InvalidArgument on field topic, got {error:?}"
+            );
+        }
+    }
+    assert_eq!(ctx.bus().topics(), before);
+    if ctx.reopen().is_ok() {
+        assert_eq!(ctx.bus().topics(), before);
+    }
+    Ok(())
+}
+
 /// C2: a partition outside `0..N` is its own error, not an empty read.
 pub fn c02_unknown_partition_is_an_error(ctx: &mut Ctx) -> CaseResult {
     let topic = ctx.simple_topic("t", 3);

@@ -6,7 +6,9 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
+use bus_conformance::outage::{self, Stop};
 use bus_conformance::tls::Certificates;
 
 /// The cached Kafka jars (`$BUS_BROKER_HOME/kafka-libs-*` with the
@@ -181,6 +183,13 @@ impl Broker {
             .spawn()
             .unwrap_or_else(|e| panic!("start kafka: {e}"));
         self.child = Some(child);
+    }
+
+    /// Takes the broker down as `how` says and waits until it exited.
+    pub fn stop(&mut self, how: Stop) {
+        if let Some(mut child) = self.child.take() {
+            outage::stop(&mut child, how, Duration::from_secs(60));
+        }
     }
 
     pub fn kill(&mut self) {

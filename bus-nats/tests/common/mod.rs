@@ -42,9 +42,14 @@ pub fn free_port() -> u16 {
 /// `store`, with `extra` appended to its configuration file.
 pub fn start(binary: &Path, port: u16, store: &Path, extra: &str) -> Child {
     // As scripts/nats.sh: the default 1MB max_payload cannot carry a 1 MiB
-    // record plus headers, and bus-nats refuses to provision such topics.
+    // record plus headers, and bus-nats refuses to provision such topics;
+    // sync_interval always makes JetStream fsync before it acks.
     let config = store.join("bus-nats.conf");
-    std::fs::write(&config, format!("max_payload: 8MB\n{extra}")).expect("write the server config");
+    std::fs::write(
+        &config,
+        format!("max_payload: 8MB\njetstream {{ sync_interval: always }}\n{extra}"),
+    )
+    .expect("write the server config");
     Command::new(binary)
         .arg("-c")
         .arg(&config)

@@ -1,0 +1,267 @@
+//! Entry points for the fuzz targets in `fuzz/` (cargo feature `fuzzing`):
+//! thin wrappers over the private frame, segment, index and UID-map code,
+//! with owned types so a target can compare what it encoded with what
+//! decodes. Not a stable API.
+#![doc(hidden)]
+
+use std::fs::File;
+
+use crate::frame::{self, NewRecord, PREFIX};
+use crate::index::{self, SegmentIndex, UidIndex};
+use crate::segment;
+use crate::uidmap::UidMap;
+
+/// A record to encode into a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Partition key.
+    pub key: String,
+    /// Event UID.
+    pub uid: Option<String>,
+    /// Authentication tag.
+    pub tag: Option<Vec<u8>>,
+    /// Value bytes.
+    pub value: Vec<u8>,
+}
+
+/// A record as decoded from a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedRecord {
+    /// Partition key bytes.
+    pub key: Vec<u8>,
+    /// Event UID bytes.
+    pub uid: Option<Vec<u8>>,
+    /// Authentication tag.
+    pub tag: Option<Vec<u8>>,
+    /// Value bytes.
+    pub value: Vec<u8>,
+}
+
+/// A frame whose checksum verified and whose records parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedFrame {
+    /// Offset of the first record.
+    pub base: u64,
+    /// Records announced by the header.
+    pub count: u32,
+    /// Epoch ms of the write.
+    pub stored_at: u64,
+    /// The records, by the same iterator fetch uses.
+    pub records: Vec<DecodedRecord>,
+    /// Bytes the frame takes (prefix included).
+    pub len: usize,
+}
+
+/// Bytes before a frame's checksummed body.
+pub const FRAME_PREFIX: usize = PREFIX;
+
+/// Encodes one frame the way the partition writer does.
+pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, String> {
+    let records: Vec<NewRecord> = records
+        .iter()
+        .map(|r| NewRecord {
+            key: r.key.clone(),
+            uid: r.uid.clone(),
+            tag: r.tag.clone(),
+            value: r.value.clone(),
+        })
+        .collect();
+    frame::encode(base, stored_at, &records.iter().collect::<Vec<_>>())
+}
+
+/// Decodes the frame at the start of `bytes`, reading as much body as its
+/// prefix announces (as the segment reader does); `Err` says why not.
+pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
+    let prefix: [u8; PREFIX] = bytes
+        .get(..PREFIX)
+        .and_then(|p| p.try_into().ok())
+        .ok_or("shorter than a prefix")?;
+    let len = usize::try_from(frame::body_len(&prefix)).map_err(|e| e.to_string())?;
+    let body = bytes
+        .get(PREFIX..)
+        .and_then(|rest| rest.get(..len))
+        .ok_or("body cut short")?;
+    let decoded = frame::decode(&prefix, body).map_err(|fault| fault.to_string())?;
+    Ok(DecodedFrame {
+        base: decoded.base,
+        count: decoded.count,
+        stored_at: decoded.stored_at,
+        records: decoded
+            .records()
+            .map(|r| DecodedRecord {
+                key: r.key.to_vec(),
+                uid: r.uid.map(<[u8]>::to_vec),
+                tag: r.tag.map(<[u8]>::to_vec),
+                value: r.value.to_vec(),
+            })
+            .collect(),
+        len: PREFIX + len,
+    })
+}
+
+/// `(body length, base offset)` when `head` starts like a frame.
+pub fn peek_frame(head: &[u8]) -> Option<(u64, u64)> {
+    frame::peek(head)
+}
+
+/// What [`scan_segment`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanSummary {
+    /// Offset after the last valid record.
+    pub end: u64,
+    /// Bytes of valid frames.
+    pub valid_len: u64,
+    /// Sparse index entries.
+    pub index: Vec<(u64, u64)>,
+    /// `(uid, offset)` of the records with a UID.
+    pub uids: Vec<(String, u64)>,
+    /// Where and why verification stopped.
+    pub fault: Option<(u64, String)>,
+    /// Whether the stop looks like a torn tail.
+    pub torn: bool,
+}
+
+/// The full verifying scan recovery runs over a segment file.
+pub fn scan_segment(file: &File, base: u64, index_interval: u64) -> std::io::Result<ScanSummary> {
+    let scan = segment::scan(file, base, index_interval)?;
+    Ok(ScanSummary {
+        end: scan.end,
+        valid_len: scan.valid_len,
+        index: scan.index,
+        uids: scan.uids,
+        fault: scan.fault,
+        torn: scan.torn,
+    })
+}
+
+/// Where reading can resume past damage: the first verifying frame at or
+/// after `start` with a base of at least `min_base`.
+pub fn next_verified_frame(
+    file: &File,
+    start: u64,
+    end: u64,
+    min_base: u64,
+) -> std::io::Result<Option<(u64, u64)>> {
+    segment::next_verified_frame(file, start, end, min_base)
+}
+
+/// A sealed segment's sparse index, as its `.idx` file holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexFile {
+    /// `(frame base offset, byte position)`.
+    pub entries: Vec<(u64, u64)>,
+    /// Offset after the last record.
+    pub end: u64,
+    /// Bytes of valid frames.
+    pub len: u64,
+    /// Newest `stored_at`.
+    pub max_ts: u64,
+    /// Oldest `stored_at`.
+    pub min_ts: Option<u64>,
+}
+
+/// Encodes a `.idx` file.
+pub fn encode_index(base: u64, index: &IndexFile) -> Vec<u8> {
+    index::encode_index(
+        base,
+        &SegmentIndex {
+            entries: index.entries.clone(),
+            end: index.end,
+            len: index.len,
+            max_ts: index.max_ts,
+            min_ts: index.min_ts,
+        },
+    )
+}
+
+/// Decodes a `.idx` file checked against the segment's base and length.
+pub fn decode_index(bytes: &[u8], base: u64, log_len: u64) -> Option<IndexFile> {
+    index::decode_index(bytes, base, log_len).map(|index| IndexFile {
+        entries: index.entries,
+        end: index.end,
+        len: index.len,
+        max_ts: index.max_ts,
+        min_ts: index.min_ts,
+    })
+}
+
+/// The index's answer to "where do I start reading for `offset`".
+pub fn index_floor(index: &IndexFile, offset: u64) -> (u64, u64) {
+    SegmentIndex {
+        entries: index.entries.clone(),
+        ..SegmentIndex::default()
+    }
+    .floor(offset)
+}
+
+/// Encodes a `.uids` file.
+pub fn encode_uids(base: u64, end: u64, uids: &[(String, u64)]) -> Vec<u8> {
+    index::encode_uids(base, end, uids)
+}
+
+/// Decodes a `.uids` file of the segment `base..end`.
+pub fn decode_uids(bytes: &[u8], base: u64, end: u64) -> Option<Vec<(String, u64)>> {
+    index::decode_uids(bytes, base, end)
+}
+
+/// The UID → first offset table behind dedup.
+#[derive(Debug, Default)]
+pub struct FuzzUidMap(UidMap);
+
+impl FuzzUidMap {
+    /// See `UidMap::insert_first`.
+    pub fn insert_first(&mut self, uid: &[u8], offset: u64) -> Option<u64> {
+        self.0.insert_first(uid, offset)
+    }
+
+    /// See `UidMap::get`.
+    pub fn get(&self, uid: &[u8]) -> Option<u64> {
+        self.0.get(uid)
+    }
+
+    /// See `UidMap::reserve`.
+    pub fn reserve(&mut self, additional: usize) {
+        self.0.reserve(additional);
+    }
+
+    /// See `UidMap::retain`.
+    pub fn retain(&mut self, keep: impl FnMut(&[u8], &mut u64) -> bool) {
+        self.0.retain(keep);
+    }
+
+    /// Number of UIDs held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no UID is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+}
+
+/// The UID → every retained offset index of a partition.
+#[derive(Debug, Default)]
+pub struct FuzzUidIndex(UidIndex);
+
+impl FuzzUidIndex {
+    /// See `UidIndex::push`.
+    pub fn push(&mut self, uid: String, offset: u64) {
+        self.0.push(uid, offset);
+    }
+
+    /// See `UidIndex::first`.
+    pub fn first(&self, uid: &str) -> Option<u64> {
+        self.0.first(uid)
+    }
+
+    /// See `UidIndex::all`.
+    pub fn all(&self, uid: &str) -> Vec<u64> {
+        self.0.all(uid)
+    }
+
+    /// See `UidIndex::retain_from`.
+    pub fn retain_from(&mut self, start: u64) {
+        self.0.retain_from(start);
+    }
+}
