@@ -61,7 +61,7 @@ pub fn decode(
 pub fn is_authentic(
     topic: &str,
     partition: u32,
-    auth: &RecordAuth,
+    auth: Option<&RecordAuth>,
     uid: &str,
     message: &Message<'_>,
 ) -> bool {
