@@ -47,4 +47,8 @@ mod topics;
 mod uid;
 
 pub use bus::NatsBus;
+
+/// URL schemes [`NatsBus::connect`] accepts (`tls://` requires TLS); the
+/// `bus` facade routes by this list.
+pub const SCHEMES: &[&str] = &["nats", "tls"];
 pub use options::{DEFAULT_PREFIX, NatsOptions};
