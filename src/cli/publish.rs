@@ -5,8 +5,8 @@
 //! and is stored with one atomic `publish_batch`. A bad line (invalid UTF-8,
 //! invalid JSON, too large, too deep) stops the stream: nothing of its batch
 //! is stored, and the error line says exactly what was stored before it.
-//! The bus is opened for a batch and closed when stdin goes quiet, so an
-//! embedded directory's lock is held only while records are being written.
+//! An embedded bus is opened for a batch and closed when stdin goes quiet,
+//! so its directory's lock is held only while records are being written.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -168,11 +168,17 @@ pub fn publish_stream(
     let bar = progress::bar("publish", None);
     let mut stored = Stored::default();
     loop {
-        // Stdin is quiet: let go of the bus (and an embedded lock) while waiting.
+        // Stdin is quiet: let go of an exclusive bus (an embedded directory's
+        // lock) while waiting; a network connection is kept.
         let first = match lines.try_recv() {
             Ok(line) => Some(line),
             Err(TryRecvError::Empty) => {
-                bus = None;
+                if bus
+                    .as_ref()
+                    .is_some_and(|b| b.capabilities().exclusive_open)
+                {
+                    bus = None;
+                }
                 lines.recv().ok()
             }
             Err(TryRecvError::Disconnected) => None,
