@@ -185,8 +185,9 @@ pub fn find(
     }
 }
 
-/// `describe TOPIC`: partitions, the backend's capabilities, and offsets
-/// and record counts per partition, as one JSON object.
+/// `describe TOPIC`: its spec (where the backend reports it), the
+/// backend's capabilities, and offsets and record counts per partition, as
+/// one JSON object.
 pub fn describe(bus: &dyn EventBus, topic: &str, out: &mut impl Write) -> Result<(), BusError> {
     let partitions = bus.partitions(topic)?;
     let capabilities = bus.capabilities();
@@ -217,9 +218,11 @@ pub fn describe(bus: &dyn EventBus, topic: &str, out: &mut impl Write) -> Result
         (false, true) => "enforced by `bus maintenance`",
         (false, false) => "none",
     };
+    let spec = bus.topic_spec(topic)?;
     let line = serde_json::json!({
         "topic": topic,
         "partitions": partitions,
+        "spec": spec,
         "records": records,
         "capabilities": {
             "backend": capabilities.backend,

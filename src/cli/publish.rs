@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use bus::{BatchRecord, BusError, EventBus, PublishAck, partition_for};
@@ -239,10 +239,8 @@ fn collect_batch(
             break;
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        next = match lines.recv_timeout(left) {
-            Ok(line) => Some(line),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        };
+        // Timed out (the batch closes) or stdin ended.
+        next = lines.recv_timeout(left).ok();
     }
     Ok((batch, None))
 }

@@ -150,6 +150,8 @@ fn describe_reports_capabilities_offsets_and_counts() {
     let text = ok(&dir, &["describe", "audit"], None);
     let description: Value = serde_json::from_str(&text).expect("one JSON object");
     assert_eq!(description["partitions"], 4);
+    assert_eq!(description["spec"]["name"], "audit");
+    assert_eq!(description["spec"]["retention_ms"], 1000);
     assert_eq!(description["records"], 3);
     assert_eq!(description["capabilities"]["backend"], "embedded");
     assert_eq!(
