@@ -26,6 +26,14 @@ pub enum Failure {
     NotFound(String),
     /// Bad input the command found itself, with what it already did (exit 2).
     BadInput(String),
+    /// A bus operation failed after part of the work was done: the error's
+    /// class, and what was done before it.
+    Stopped {
+        /// The failure.
+        error: BusError,
+        /// What had been done (e.g. which stdin lines were stored).
+        done: String,
+    },
 }
 
 impl From<BusError> for Failure {
@@ -67,7 +75,7 @@ impl Failure {
     /// The process exit code.
     pub fn code(&self) -> u8 {
         match self {
-            Self::Bus(error) => exit_code(error),
+            Self::Bus(error) | Self::Stopped { error, .. } => exit_code(error),
             Self::NotFound(_) => 4,
             Self::BadInput(_) => 2,
         }
@@ -78,6 +86,7 @@ impl Failure {
         let text = match self {
             Self::Bus(error) => error.to_string(),
             Self::NotFound(text) | Self::BadInput(text) => text.clone(),
+            Self::Stopped { error, done } => format!("{error}; stopped there: {done}"),
         };
         format!("bus: {}", one_line(&redact(&text)))
     }

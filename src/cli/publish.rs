@@ -192,10 +192,10 @@ pub fn publish_stream(
             continue;
         }
         if bus.is_none() {
-            bus = Some(connect(url)?);
+            bus = Some(connect(url).map_err(|error| stopped(error, &stored))?);
         }
         let Some(open) = bus.as_deref() else { break };
-        let head = head_of(open, topic, key)?;
+        let head = head_of(open, topic, key).map_err(|error| stopped(error, &stored))?;
         let records: Vec<BatchRecord> = batch.iter().map(|(_, record)| record.clone()).collect();
         let acks = match open.publish_batch(topic, &records) {
             Ok(acks) => acks,
@@ -245,6 +245,17 @@ fn collect_batch(
     Ok((batch, None))
 }
 
+/// A failure after the stream began: with what was stored, when anything was.
+fn stopped(error: BusError, stored: &Stored) -> Failure {
+    if stored.lines == 0 {
+        return Failure::Bus(error);
+    }
+    Failure::Stopped {
+        error,
+        done: stored.summary(),
+    }
+}
+
 fn bad_line(stored: &Stored, bad: &BadLine, batch_start: Option<usize>) -> Failure {
     let unstored = match batch_start {
         Some(start) if start < bad.line => {
@@ -291,11 +302,6 @@ fn batch_failed(topic: &str, stored: &Stored, batch: &Batch, error: BusError) ->
                 stored.summary()
             ))
         }
-        None => {
-            if stored.lines > 0 {
-                super::exit::warn(&format!("stopped: {}", stored.summary()));
-            }
-            Failure::Bus(error)
-        }
+        None => stopped(error, stored),
     }
 }

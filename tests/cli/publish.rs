@@ -144,3 +144,36 @@ fn each_record_says_stored_or_duplicate() {
         "{again:?}"
     );
 }
+
+#[test]
+fn a_failure_mid_stream_keeps_its_exit_code_and_says_what_was_stored() {
+    let dir = provisioned();
+    let mut producer = bus(&dir)
+        .args(["publish", "one", "--key", "k", "--batch-ms", "20"])
+        .env("BUS_LOCK_WAIT_MS", "200")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn publish");
+    let mut pipe = producer.stdin.take().expect("stdin");
+    writeln!(pipe, "{{\"n\":1}}").expect("write");
+    pipe.flush().expect("flush");
+    eventually("the first line to be stored", || {
+        json_lines(&ok(&dir, &["fetch", "one"], None)).len() == 1
+    });
+    // Another writer takes the directory while the producer is idle.
+    let writer = bus::connect(&dir.url).expect("writer");
+    writeln!(pipe, "{{\"n\":2}}").expect("write");
+    drop(pipe);
+    let output = producer.wait_with_output().expect("wait publish");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(6), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("1 line(s) up to stdin line 1 were stored (partition 0 up to offset 0)"),
+        "{stderr}"
+    );
+    drop(writer);
+    assert_eq!(json_lines(&ok(&dir, &["fetch", "one"], None)).len(), 1);
+}
