@@ -29,8 +29,8 @@ pub enum Failure {
     /// A bus operation failed after part of the work was done: the error's
     /// class, and what was done before it.
     Stopped {
-        /// The failure.
-        error: BusError,
+        /// The failure (boxed: it keeps `Failure` small).
+        error: Box<BusError>,
         /// What had been done (e.g. which stdin lines were stored).
         done: String,
     },
@@ -75,7 +75,8 @@ impl Failure {
     /// The process exit code.
     pub fn code(&self) -> u8 {
         match self {
-            Self::Bus(error) | Self::Stopped { error, .. } => exit_code(error),
+            Self::Bus(error) => exit_code(error),
+            Self::Stopped { error, .. } => exit_code(error),
             Self::NotFound(_) => 4,
             Self::BadInput(_) => 2,
         }

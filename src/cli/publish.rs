@@ -251,7 +251,7 @@ fn stopped(error: BusError, stored: &Stored) -> Failure {
         return Failure::Bus(error);
     }
     Failure::Stopped {
-        error,
+        error: Box::new(error),
         done: stored.summary(),
     }
 }
