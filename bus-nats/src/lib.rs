@@ -43,6 +43,7 @@ mod record;
 #[doc(hidden)]
 pub mod reference;
 mod shared;
+mod subscribe;
 mod topics;
 mod uid;
 
