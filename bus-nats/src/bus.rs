@@ -10,8 +10,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    check_partition, partition_for, validate_key,
-    validate_topic, validate_uid,
+    check_partition, partition_for, validate_key, validate_topic, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};

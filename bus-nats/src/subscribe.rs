@@ -26,17 +26,17 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::push::OrderedConfig;
 use bus_core::subscription::Plan;
 use bus_core::{
-    BusError, ConnectorExecutor, Doorbell, Feed, Selector, StartAt, StoredEvent,
-    SubscribeOptions, Subscription,
+    BusError, ConnectorExecutor, Doorbell, Feed, Selector, StartAt, StoredEvent, SubscribeOptions,
+    Subscription,
 };
 use futures::{FutureExt as _, StreamExt as _};
 
+use crate::NatsBus;
 use crate::errors::unavailable;
 use crate::fetch::{self, CursorSlot};
 use crate::record::{RawMessage, epoch_ms};
 use crate::shared::{Shared, TopicState};
 use crate::topics::stream_info;
-use crate::NatsBus;
 
 /// Pushed records buffered per partition; past it they are dropped and
 /// read back from the stream when the subscriber gets there.
@@ -190,12 +190,11 @@ impl NatsFeed {
         let timeout = inner.shared.timeout;
         let task = executor.run_bounded("subscribe", timeout, move || async move {
             let inner = started;
-            let consumers = futures::future::join_all(
-                (0..inner.parts.len()).map(|index| open(&inner, index)),
-            )
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>, BusError>>()?;
+            let consumers =
+                futures::future::join_all((0..inner.parts.len()).map(|index| open(&inner, index)))
+                    .await
+                    .into_iter()
+                    .collect::<Result<Vec<_>, BusError>>()?;
             let merged = futures::stream::select_all(
                 consumers
                     .into_iter()
@@ -353,12 +352,14 @@ impl Feed for NatsFeed {
         };
         let (shared, topic) = (Arc::clone(&inner.shared), Arc::clone(&inner.topic));
         let reader = Arc::clone(&self.inner);
-        let messages = self.executor.run_bounded("subscription read", shared.timeout, {
-            move || async move {
-                let part = reader.part(partition)?;
-                fetch::fetch_with(&shared, &topic, partition, from, limit, &part.cursor).await
-            }
-        })??;
+        let messages = self
+            .executor
+            .run_bounded("subscription read", shared.timeout, {
+                move || async move {
+                    let part = reader.part(partition)?;
+                    fetch::fetch_with(&shared, &topic, partition, from, limit, &part.cursor).await
+                }
+            })??;
         {
             let mut live = lock(&part.live);
             match messages.last() {
@@ -380,11 +381,11 @@ impl Feed for NatsFeed {
             )));
         }
         let (shared, topic) = (Arc::clone(&inner.shared), Arc::clone(&inner.topic));
-        let offsets = self
-            .executor
-            .run_bounded("subscription head", shared.timeout, move || {
-                fetch::offsets(shared, topic, partition)
-            })??;
+        let offsets =
+            self.executor
+                .run_bounded("subscription head", shared.timeout, move || {
+                    fetch::offsets(shared, topic, partition)
+                })??;
         Ok(offsets.next)
     }
 }
@@ -461,11 +462,8 @@ fn cleanup(
                 }
             }
         });
-        let _ = tokio::time::timeout(
-            inner.shared.timeout,
-            futures::future::join_all(deletes),
-        )
-        .await;
+        let _ =
+            tokio::time::timeout(inner.shared.timeout, futures::future::join_all(deletes)).await;
     });
 }
 

@@ -191,7 +191,9 @@ fn a_subscription_outlives_its_bus_handle() {
         .expect("url")
         .prefix(prefix);
     let writer = bus_nats::NatsBus::connect_with(options).expect("connect");
-    writer.publish(topic, "k", &json!({"n": 0})).expect("publish");
+    writer
+        .publish(topic, "k", &json!({"n": 0}))
+        .expect("publish");
     assert_eq!(offset_of(next(&mut sub)), 0);
     drop(sub);
     common::cleanup(&writer);

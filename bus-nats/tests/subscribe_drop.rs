@@ -102,7 +102,10 @@ fn dropping_a_subscription_releases_its_threads_and_consumers() {
         },
     );
     let threads_after = threads();
-    assert!(threads_after <= threads_before, "{threads_before} -> {threads_after}");
+    assert!(
+        threads_after <= threads_before,
+        "{threads_before} -> {threads_after}"
+    );
     eprintln!(
         "threads: {threads_before} before, {threads_during} subscribed, {threads_after} after; consumers {consumers_before:?} -> {consumers_during:?} -> {after:?} after a drop that took {dropped_in:?}"
     );

@@ -84,7 +84,8 @@ fn outage(how: Stop) {
     bus.provision(&Manifest::new([TopicSpec::new(topic, 1)]))
         .expect("provision");
     for n in 0..5 {
-        bus.publish(topic, "k", &json!({ "n": n })).expect("publish");
+        bus.publish(topic, "k", &json!({ "n": n }))
+            .expect("publish");
     }
     let mut sub = bus
         .subscribe(
@@ -98,7 +99,8 @@ fn outage(how: Stop) {
     assert_eq!(history, vec![0, 1, 2, 3, 4]);
     // Live records, delivered by the push consumer, before the outage.
     for n in 5..8 {
-        bus.publish(topic, "k", &json!({ "n": n })).expect("publish");
+        bus.publish(topic, "k", &json!({ "n": n }))
+            .expect("publish");
     }
     let live = offsets_until(&mut sub, None, |got, _| got.len() >= 3);
     assert_eq!(live, vec![5, 6, 7]);
@@ -137,7 +139,10 @@ fn outage(how: Stop) {
     assert!(matches!(sub.recv_timeout(RECV), Ok(None)));
     // And live again: a record published now wakes it.
     bus.publish(topic, "k", &json!({"n": 13})).expect("publish");
-    assert_eq!(offsets_until(&mut sub, None, |got, _| !got.is_empty()), [13]);
+    assert_eq!(
+        offsets_until(&mut sub, None, |got, _| !got.is_empty()),
+        [13]
+    );
     drop(sub);
     drop(server);
 }
