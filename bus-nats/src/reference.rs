@@ -137,6 +137,13 @@ impl RawNats {
     }
 }
 
+/// What [`spawn_push_readers`] calls with each message: the reader's index
+/// and the payload.
+pub type OnMessage = std::sync::Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
+
+/// The thread of [`spawn_push_readers`]: each reader's last receipt.
+pub type PushReaders = std::thread::JoinHandle<Result<Vec<std::time::Instant>, BusError>>;
+
 /// Raw async-nats live readers, what bus subscriptions are measured
 /// against: on a thread of their own, one connection and a current-thread
 /// runtime, `readers` ordered push consumers of `stream` from
@@ -151,8 +158,8 @@ pub fn spawn_push_readers(
     start_sequence: u64,
     readers: usize,
     count: usize,
-    on_message: std::sync::Arc<dyn Fn(usize, &[u8]) + Send + Sync>,
-) -> Result<std::thread::JoinHandle<Result<Vec<std::time::Instant>, BusError>>, BusError> {
+    on_message: OnMessage,
+) -> Result<PushReaders, BusError> {
     let (servers, stream) = (servers.join(","), stream.to_owned());
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), BusError>>(1);
     let thread = std::thread::Builder::new()
