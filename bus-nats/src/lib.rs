@@ -28,7 +28,7 @@
 //! ```
 //!
 //! A live subscription (`EventBus::subscribe`) keeps, per partition, an
-//! ordered push consumer (ephemeral, in memory, started after the stream's
+//! ordered push consumer (ephemeral, in memory, started at the stream's
 //! last sequence) on the bus's connector runtime: each delivery is buffered
 //! and rings the subscription's doorbell, no thread of its own and no
 //! polling. History, and whatever a slow subscriber's bounded buffer

@@ -3,8 +3,8 @@
 //!
 //! Per subscribed partition the feed keeps an ordered push consumer
 //! (ephemeral, in memory, no acks; async-nats re-creates it after a gap or
-//! a reconnect from the last sequence it delivered) started right after the
-//! stream's last sequence when the subscription was made. One task on the
+//! a reconnect from the last sequence it delivered) started at the stream's
+//! last sequence when the subscription was made. One task on the
 //! bus's connector runtime awaits all of them: each delivery records the
 //! new end of the partition, keeps the message in a bounded buffer and
 //! rings the subscription's doorbell. An idle subscription costs nothing
@@ -252,8 +252,12 @@ async fn open(
     let config = OrderedConfig {
         name: Some(format!("{}-{}", inner.consumer, part.partition)),
         deliver_subject: inner.shared.js.client().new_inbox(),
+        // From the last stored record rather than just after it: its
+        // delivery (dropped by the reader as already known) sets where
+        // async-nats re-creates the consumer after a reconnect; before any
+        // delivery it would replay the whole stream.
         deliver_policy: DeliverPolicy::ByStartSequence {
-            start_sequence: end + 1,
+            start_sequence: end.max(1),
         },
         ..OrderedConfig::default()
     };
