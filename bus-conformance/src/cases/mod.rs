@@ -94,6 +94,7 @@ macro_rules! __for_each_case {
             c18_subscriber_that_keeps_up_never_lags,
             c18_many_subscribers_lag_independently,
             c18_retention_overtaking_a_slow_subscriber_is_reported,
+            c18_native_retention_under_a_subscription_is_accounted_exactly,
             c19_forged_record_is_an_error_item_then_goes_on
         }
     };

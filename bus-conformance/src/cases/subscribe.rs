@@ -9,7 +9,7 @@ use bus_core::{
 };
 use serde_json::json;
 
-use crate::util::{key_for_partition, ok, publish_n};
+use crate::util::{key_for_partition, ok, poll_until, publish_n};
 use crate::{CaseResult, Ctx, RawRecord};
 
 /// Longest wait for one item (network backends included).
@@ -405,6 +405,71 @@ pub fn c18_retention_overtaking_a_slow_subscriber_is_reported(ctx: &mut Ctx) -> 
         "records 0..=4 expired unread"
     );
     assert_eq!(next_event(&mut sub, "continues after the lag").offset, 5);
+    Ok(())
+}
+
+/// C18 on a broker's own retention (NATS `max_age`, Kafka `retention.ms`):
+/// a subscriber that has not called `recv` while retention expired the
+/// records it had not yet been given either gets them (its feed had already
+/// read them) or one `Lagged` that counts exactly the ones it lost; every
+/// offset is accounted for once, in order, and it goes on with the next
+/// record.
+pub fn c18_native_retention_under_a_subscription_is_accounted_exactly(ctx: &mut Ctx) -> CaseResult {
+    ctx.require(
+        ctx.caps().native_retention,
+        "the backend has no native retention",
+    )?;
+    const STORED: u64 = 5;
+    let topic = ctx.topic("t");
+    ctx.provision([TopicSpec::new(topic.clone(), 1).with_retention_ms(1_000)]);
+    let bus = ctx.bus();
+    let mut sub = subscribe(
+        bus,
+        &topic,
+        Selector::Partition(0),
+        StartAt::Beginning,
+        SubscribeOptions::default(),
+    );
+    publish_n(bus, &topic, "k", STORED as usize);
+    poll_until(
+        "native retention to expire the records",
+        Duration::from_secs(90),
+        || {
+            let _ = bus.maintenance(now_ms());
+            bus.fetch(&topic, 0, 0, 10)
+                .is_ok_and(|events| events.is_empty())
+                .then_some(())
+        },
+    );
+    ok("publish", bus.publish(&topic, "k", &json!({"n": STORED})));
+    // Offsets 0..STORED were either delivered or counted as skipped.
+    let mut next = 0;
+    while next <= STORED {
+        match ok("an item", next_item(&mut sub, "the records or their lag")) {
+            SubscriptionItem::Record { event, .. } => {
+                assert_eq!(event.offset, next, "a record out of order or twice");
+                next += 1;
+            }
+            SubscriptionItem::Lagged {
+                partition,
+                skipped,
+                next_offset,
+            } => {
+                assert_eq!(partition, 0);
+                assert_eq!(
+                    next_offset,
+                    next + skipped,
+                    "a lag notice that miscounts what it skipped"
+                );
+                assert!(
+                    next_offset <= STORED,
+                    "lag past the live record: {next_offset}"
+                );
+                next = next_offset;
+            }
+        }
+    }
+    assert_quiet(&mut sub, "after the live record");
     Ok(())
 }
 
