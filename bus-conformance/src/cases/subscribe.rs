@@ -419,6 +419,7 @@ pub fn c18_native_retention_under_a_subscription_is_accounted_exactly(ctx: &mut 
         ctx.caps().native_retention,
         "the backend has no native retention",
     )?;
+    // Records published before retention runs (`publish_n` below).
     const STORED: u64 = 5;
     let topic = ctx.topic("t");
     ctx.provision([TopicSpec::new(topic.clone(), 1).with_retention_ms(1_000)]);
@@ -430,7 +431,7 @@ pub fn c18_native_retention_under_a_subscription_is_accounted_exactly(ctx: &mut 
         StartAt::Beginning,
         SubscribeOptions::default(),
     );
-    publish_n(bus, &topic, "k", STORED as usize);
+    publish_n(bus, &topic, "k", 5);
     poll_until(
         "native retention to expire the records",
         Duration::from_secs(90),
