@@ -98,8 +98,8 @@ pub(crate) async fn fetch(
     Ok(events)
 }
 
-/// One lookup in the UID index. A record that claims the UID without a valid
-/// tag answers for nothing.
+/// One range of the UID index. A record that carries the UID without a
+/// valid tag answers for nothing.
 pub(crate) async fn find(
     shared: &Shared,
     topic: &Topic,
@@ -112,24 +112,25 @@ pub(crate) async fn find(
         .prepare_cached(&shared.sql.find)
         .await
         .map_err(|e| pg("find by UID", &e))?;
-    let row = client
-        .query_opt(&statement, &[&topic.id, &part, &uid])
+    let rows = client
+        .query(&statement, &[&topic.id, &part, &uid])
         .await
         .map_err(|e| pg("find by UID", &e))?;
-    let Some(row) = row else { return Ok(None) };
-    if let Some(auth) = shared.auth() {
-        let parts = RecordParts {
-            topic: &topic.spec.name,
-            partition,
-            key: row.get(1),
-            uid: Some(uid),
-            value: row.get(2),
-        };
-        if !auth.verify(parts, row.get::<_, Option<&[u8]>>(3).unwrap_or_default()) {
-            return Ok(None);
-        }
-    }
-    Ok(Some(number(row.get(0))))
+    let auth = shared.auth();
+    // By offset: the first authentic record of the UID answers for it.
+    let found = rows.iter().find(|row| {
+        auth.as_ref().is_none_or(|auth| {
+            let parts = RecordParts {
+                topic: &topic.spec.name,
+                partition,
+                key: row.get(1),
+                uid: Some(uid),
+                value: row.get(2),
+            };
+            auth.verify(parts, row.get::<_, Option<&[u8]>>(3).unwrap_or_default())
+        })
+    });
+    Ok(found.map(|row| number(row.get(0))))
 }
 
 pub(crate) async fn offsets(

@@ -7,7 +7,7 @@
 //!
 //! A round, in one transaction: lock the partition's counter row (the lock
 //! serializes writers of the partition across processes); look up the UIDs of
-//! the round by their unique index; give each new record the next offset;
+//! the round in their index; give each new record the next offset;
 //! insert them all in one statement; advance the counter; `NOTIFY` the
 //! topic's channel (delivered by the server only after the commit). Offsets
 //! come from the counter row inside the transaction, so a rolled-back round
@@ -207,28 +207,30 @@ async fn commit_round(
             .map_err(|e| pg("publish: look up UIDs", &e))?;
         let auth = shared.auth();
         let mut forged = Vec::new();
+        // Rows come by offset: the first authentic record of a UID answers.
         for row in &rows {
-            let claim: &str = row.get(0);
+            let uid: &str = row.get(0);
             let offset: i64 = row.get(1);
+            let claimed: bool = row.get(5);
             let authentic = auth.as_ref().is_none_or(|auth| {
                 auth.verify(
                     RecordParts {
                         topic: name,
                         partition,
                         key: row.get(2),
-                        uid: Some(claim),
+                        uid: Some(uid),
                         value: row.get(3),
                     },
                     row.get::<_, Option<&[u8]>>(4).unwrap_or_default(),
                 )
             });
             if authentic {
-                if let Some(uid) = uids.iter().find(|uid| **uid == claim) {
-                    known.insert(uid, offset_of(offset)?);
+                if let Some(uid) = uids.iter().find(|wanted| **wanted == uid) {
+                    known.entry(uid).or_insert(offset_of(offset)?);
                 }
-            } else {
-                // A record written around the bus answers for no UID: the
-                // genuine one is stored and takes the claim.
+            } else if claimed {
+                // A forged record that holds the claim answers for nothing:
+                // the genuine record is stored after it and takes the claim.
                 log::warn!(
                     "bus-postgres: topic {name:?} partition {partition} offset {offset} claims a UID without a valid tag; storing the genuine record after it"
                 );

@@ -6,9 +6,12 @@
 //! - `partitions(topic_id, partition, next_offset)`: the offset counter; its
 //!   row lock (`FOR UPDATE`) serializes the writers of a partition, across
 //!   processes, so offsets come out gap-free in commit order.
-//! - `records`: primary key `(topic_id, partition, offset)`; `claim` is the
-//!   UID a record answers for in dedup and find, unique per partition (the
-//!   unique index decides between concurrent writers).
+//! - `records`: primary key `(topic_id, partition, offset)`. The first
+//!   authentic record of a UID (by offset) answers for it in dedup and find,
+//!   one range of the `records_uid` index; `claim` is set on the records the
+//!   bus stores for a new UID, unique per partition, so the database refuses
+//!   a second record of a UID even from a writer that skipped the lookup.
+//!   Records written around the bus carry a `uid` but no claim.
 
 /// The schema version this crate writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
@@ -73,7 +76,9 @@ impl Sql {
                      stored_at bigint NOT NULL,
                      PRIMARY KEY (topic_id, partition, \"offset\"));
                  CREATE UNIQUE INDEX IF NOT EXISTS records_claim
-                     ON {s}.records (topic_id, partition, claim) WHERE claim IS NOT NULL;"
+                     ON {s}.records (topic_id, partition, claim) WHERE claim IS NOT NULL;
+                 CREATE INDEX IF NOT EXISTS records_uid
+                     ON {s}.records (topic_id, partition, uid, \"offset\") WHERE uid IS NOT NULL;"
             ),
             topic_by_name: format!(
                 "SELECT id, partitions, retention_ms, dedup_window_ms, max_record_bytes, replication_factor
@@ -92,8 +97,9 @@ impl Sql {
                 "SELECT next_offset FROM {s}.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
             ),
             claims: format!(
-                "SELECT claim, \"offset\", key, value, tag FROM {s}.records
-                 WHERE topic_id = $1 AND partition = $2 AND claim = ANY($3)"
+                "SELECT uid, \"offset\", key, value, tag, claim IS NOT NULL FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND uid = ANY($3)
+                 ORDER BY \"offset\""
             ),
             unclaim: format!(
                 "UPDATE {s}.records SET claim = NULL
@@ -115,7 +121,8 @@ impl Sql {
             ),
             find: format!(
                 "SELECT \"offset\", key, value, tag FROM {s}.records
-                 WHERE topic_id = $1 AND partition = $2 AND claim = $3"
+                 WHERE topic_id = $1 AND partition = $2 AND uid = $3
+                 ORDER BY \"offset\" LIMIT 64"
             ),
             offsets: format!(
                 "SELECT p.next_offset,
