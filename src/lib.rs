@@ -18,6 +18,7 @@
 //! | `embedded` (default) | segmented file log | `file://DIR` or a bare path; `file://DIR?read_only=true` follows a directory another process writes |
 //! | `nats` | NATS JetStream | `nats://HOST:PORT[,HOST:PORT]` |
 //! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]` |
+//! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`) |
 //! | (always) | in-memory | `memory://` |
 
 pub use bus_core::*;
@@ -46,10 +47,11 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
         "file" => open_file(rest),
         "nats" | "tls" => open_nats(url),
         "kafka" => open_kafka(url),
+        "postgres" | "postgresql" => open_postgres(url),
         other => Err(BusError::invalid(
             "url",
             format!(
-                "unknown scheme {other:?}; use file://DIR, memory://, nats://HOST:PORT or kafka://HOST:PORT"
+                "unknown scheme {other:?}; use file://DIR, memory://, nats://HOST:PORT, kafka://HOST:PORT or postgres://USER:PASSWORD@HOST:PORT/DB"
             ),
         )),
     }
@@ -117,6 +119,16 @@ fn open_kafka(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
 }
 
 #[allow(dead_code)]
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    Ok(Box::new(bus_postgres::PostgresBus::connect(url)?))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    Err(disabled("postgres", "postgres"))
+}
+
 fn disabled(scheme: &str, feature: &str) -> BusError {
     BusError::FeatureDisabled {
         scheme: scheme.to_owned(),

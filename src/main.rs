@@ -19,7 +19,7 @@ use cli::commands;
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Bus URL: file://DIR (or a bare path), memory://, nats://HOST:PORT, kafka://HOST:PORT.
+    /// Bus URL: file://DIR (or a bare path), memory://, nats://HOST:PORT, kafka://HOST:PORT, postgres://USER:PASSWORD@HOST:PORT/DB.
     #[arg(
         long,
         env = "BUS_URL",

@@ -49,6 +49,29 @@ fn kafka_url_without_the_feature_names_it() {
     );
 }
 
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn postgres_url_without_the_feature_names_it() {
+    let result = bus::open("postgres://bus:pw@127.0.0.1:5433/bus", &Manifest::default());
+    assert!(
+        matches!(result, Err(BusError::FeatureDisabled { ref feature, .. }) if feature == "postgres"),
+        "{:?}",
+        result.err()
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_url_opens_a_postgres_bus() {
+    let Ok(url) = bus_conformance::brokers::postgres_url() else {
+        assert!(!bus_conformance::brokers_required(), "BUS_REQUIRE_BROKERS=1 but BUS_POSTGRES_URL is not set");
+        bus_conformance::loud("SKIPPED postgres_url_opens_a_postgres_bus: BUS_POSTGRES_URL is not set");
+        return;
+    };
+    let bus = bus::connect(&url).unwrap_or_else(|e| panic!("connect: {e}"));
+    assert_eq!(bus.capabilities().backend, "postgres");
+}
+
 #[cfg(not(feature = "embedded"))]
 #[test]
 fn file_url_without_the_feature_names_it() {
