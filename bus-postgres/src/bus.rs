@@ -78,7 +78,11 @@ impl Core {
         })
     }
 
-    pub(crate) fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+    pub(crate) fn offsets(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<PartitionOffsets, BusError> {
         let topic = self.topic(topic)?;
         check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
         self.run("offsets", move |shared| async move {
@@ -147,7 +151,12 @@ impl PostgresBus {
             let mut rounds = Vec::new();
             for (partition, (indexes, records)) in by_partition {
                 places.push((partition, indexes));
-                rounds.push(append(Arc::clone(&shared), Arc::clone(&topic), partition, records));
+                rounds.push(append(
+                    Arc::clone(&shared),
+                    Arc::clone(&topic),
+                    partition,
+                    records,
+                ));
             }
             let results = futures::future::join_all(rounds).await;
             let mut offsets = vec![None; count];
@@ -255,17 +264,21 @@ impl EventBus for PostgresBus {
 
     fn topics(&self) -> Vec<String> {
         self.core
-            .run("list topics", |shared| async move { topics::names(&shared).await })
+            .run("list topics", |shared| async move {
+                topics::names(&shared).await
+            })
             .unwrap_or_else(|error| {
-                log::warn!("bus-postgres: listing topics failed, answering from the cache: {error}");
+                log::warn!(
+                    "bus-postgres: listing topics failed, answering from the cache: {error}"
+                );
                 self.core.shared.cached_names()
             })
     }
 
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
-        let names = self
-            .core
-            .run("list topics", |shared| async move { topics::names(&shared).await })?;
+        let names = self.core.run("list topics", |shared| async move {
+            topics::names(&shared).await
+        })?;
         let mut expired = 0;
         for name in names {
             let topic = self.core.topic(&name)?;

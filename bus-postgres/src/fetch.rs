@@ -173,8 +173,12 @@ pub(crate) async fn expire(shared: &Shared, topic: &Topic, now_ms: u64) -> Resul
         let part = i32::try_from(partition).unwrap_or(i32::MAX);
         let next = offsets(shared, topic, partition).await?.next;
         let client = shared.pool.get().await.map_err(pool)?;
+        let first_young = client
+            .prepare_cached(&shared.sql.first_young)
+            .await
+            .map_err(|e| pg("retention", &e))?;
         let young = client
-            .query_opt(&shared.sql.first_young, &[&topic.id, &part, &cutoff])
+            .query_opt(&first_young, &[&topic.id, &part, &cutoff])
             .await
             .map_err(|e| pg("retention", &e))?;
         let below = match young {

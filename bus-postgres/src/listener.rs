@@ -104,7 +104,9 @@ async fn connect(shared: &Arc<Shared>) -> Result<Client, BusError> {
         while let Some(message) = messages.next().await {
             let Some(shared) = weak.upgrade() else { return };
             match message {
-                Ok(AsyncMessage::Notification(note)) => shared.listener.ring_channel(note.channel()),
+                Ok(AsyncMessage::Notification(note)) => {
+                    shared.listener.ring_channel(note.channel())
+                }
                 Ok(_) => {}
                 Err(error) => {
                     log::warn!("bus-postgres: listening connection lost: {error}");

@@ -42,7 +42,10 @@ impl std::fmt::Debug for PostgresOptions {
             .collect();
         f.debug_struct("PostgresOptions")
             .field("user", &self.config.get_user())
-            .field("password", &self.config.get_password().map(|_| "<redacted>"))
+            .field(
+                "password",
+                &self.config.get_password().map(|_| "<redacted>"),
+            )
             .field("hosts", &hosts)
             .field("ports", &self.config.get_ports())
             .field("dbname", &self.config.get_dbname())
@@ -68,9 +71,16 @@ impl PostgresOptions {
             match name {
                 "schema" => schema = value.to_owned(),
                 "timeout_ms" => {
-                    let ms = value.parse::<u64>().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                        BusError::invalid("timeout_ms", "must be a positive number of milliseconds")
-                    })?;
+                    let ms = value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .ok_or_else(|| {
+                            BusError::invalid(
+                                "timeout_ms",
+                                "must be a positive number of milliseconds",
+                            )
+                        })?;
                     timeout = Duration::from_millis(ms);
                 }
                 "pool_size" => {
@@ -143,7 +153,9 @@ impl PostgresOptions {
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
         if !first_ok
             || schema.len() > 63
-            || !schema.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || !schema
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
             return Err(BusError::invalid(
                 "schema",

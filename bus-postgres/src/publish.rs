@@ -17,7 +17,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::{BusError, encode_value, now_ms, partition_for, resolve_uid, validate_key, validate_uid};
+use bus_core::{
+    BusError, encode_value, now_ms, partition_for, resolve_uid, validate_key, validate_uid,
+};
 use tokio::sync::oneshot;
 
 use crate::errors::{pg, pool};
@@ -190,9 +192,17 @@ async fn commit_round(
     let name = &topic.spec.name;
     let part = i32::try_from(partition).map_err(|_| BusError::Backend("partition".to_owned()))?;
     let mut client = shared.pool.get().await.map_err(pool)?;
-    let tx = client.transaction().await.map_err(|e| pg("publish: begin", &e))?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| pg("publish: begin", &e))?;
     let row = tx
-        .query_one(&sql.lock_partition, &[&topic.id, &part])
+        .query_one(
+            &tx.prepare_cached(&sql.lock_partition)
+                .await
+                .map_err(|e| pg("publish: prepare", &e))?,
+            &[&topic.id, &part],
+        )
         .await
         .map_err(|e| pg("publish: lock partition", &e))?;
     let mut next = offset_of(row.get(0))?;
@@ -202,7 +212,12 @@ async fn commit_round(
     let uids: Vec<&str> = records().filter_map(|r| r.uid.as_deref()).collect();
     if !uids.is_empty() {
         let rows = tx
-            .query(&sql.claims, &[&topic.id, &part, &uids])
+            .query(
+                &tx.prepare_cached(&sql.claims)
+                    .await
+                    .map_err(|e| pg("publish: prepare", &e))?,
+                &[&topic.id, &part, &uids],
+            )
             .await
             .map_err(|e| pg("publish: look up UIDs", &e))?;
         let auth = shared.auth();
@@ -238,9 +253,14 @@ async fn commit_round(
             }
         }
         if !forged.is_empty() {
-            tx.execute(&sql.unclaim, &[&topic.id, &part, &forged])
-                .await
-                .map_err(|e| pg("publish: release forged UID", &e))?;
+            tx.execute(
+                &tx.prepare_cached(&sql.unclaim)
+                    .await
+                    .map_err(|e| pg("publish: prepare", &e))?,
+                &[&topic.id, &part, &forged],
+            )
+            .await
+            .map_err(|e| pg("publish: release forged UID", &e))?;
         }
     }
 
@@ -268,7 +288,9 @@ async fn commit_round(
     if !new_offsets.is_empty() {
         let stored_at = sql_offset(now_ms())?;
         tx.execute(
-            &sql.insert_records,
+            &tx.prepare_cached(&sql.insert_records)
+                .await
+                .map_err(|e| pg("publish: prepare", &e))?,
             &[
                 &topic.id,
                 &part,
@@ -282,14 +304,24 @@ async fn commit_round(
         )
         .await
         .map_err(|e| pg("publish: insert records", &e))?;
-        tx.execute(&sql.advance, &[&topic.id, &part, &sql_offset(next)?])
-            .await
-            .map_err(|e| pg("publish: advance offset", &e))?;
+        tx.execute(
+            &tx.prepare_cached(&sql.advance)
+                .await
+                .map_err(|e| pg("publish: prepare", &e))?,
+            &[&topic.id, &part, &sql_offset(next)?],
+        )
+        .await
+        .map_err(|e| pg("publish: advance offset", &e))?;
         // A wake-up only: subscribers read the records from the table.
         let payload = format!("{partition}:{}", next - 1);
-        tx.execute(&sql.notify, &[&topic.channel, &payload])
-            .await
-            .map_err(|e| pg("publish: notify", &e))?;
+        tx.execute(
+            &tx.prepare_cached(&sql.notify)
+                .await
+                .map_err(|e| pg("publish: prepare", &e))?,
+            &[&topic.channel, &payload],
+        )
+        .await
+        .map_err(|e| pg("publish: notify", &e))?;
     }
     tx.commit().await.map_err(|e| pg("publish: commit", &e))?;
     Ok(offsets)

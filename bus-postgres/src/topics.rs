@@ -19,7 +19,10 @@ pub(crate) async fn check_version(
     // Asked first, so a missing table fails no statement (inside provision's
     // transaction a failed statement would abort it).
     let exists = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&shared.sql.meta_table])
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&shared.sql.meta_table],
+        )
         .await
         .map_err(|e| pg("schema version check", &e))?;
     if !exists.get::<_, bool>(0) {
@@ -158,9 +161,7 @@ pub(crate) async fn provision(shared: &Arc<Shared>, manifest: &Manifest) -> Resu
             .map_err(|e| pg("provision: insert partitions", &e))?;
         created.push((id, spec.clone()));
     }
-    tx.commit()
-        .await
-        .map_err(|e| pg("provision: commit", &e))?;
+    tx.commit().await.map_err(|e| pg("provision: commit", &e))?;
     for (id, spec) in created {
         shared.remember(id, spec);
     }

@@ -34,13 +34,25 @@ fn child_publisher_process() {
                 for n in 0u64.. {
                     let acks = if worker % 2 == 0 {
                         let value = json!({"w": worker, "n": n, "pad": "x".repeat(200)});
-                        vec![(bus.publish(TOPIC, &format!("k{n}"), &value).expect("publish"), n)]
+                        vec![(
+                            bus.publish(TOPIC, &format!("k{n}"), &value)
+                                .expect("publish"),
+                            n,
+                        )]
                     } else {
                         let batch: Vec<_> = (0..20)
-                            .map(|i| BatchRecord::new(format!("b{i}"), json!({"w": worker, "n": n * 100 + i})))
+                            .map(|i| {
+                                BatchRecord::new(
+                                    format!("b{i}"),
+                                    json!({"w": worker, "n": n * 100 + i}),
+                                )
+                            })
                             .collect();
                         let acks = bus.publish_batch(TOPIC, &batch).expect("batch");
-                        acks.into_iter().zip(0..).map(|(ack, i)| (ack, n * 100 + i)).collect()
+                        acks.into_iter()
+                            .zip(0..)
+                            .map(|(ack, i)| (ack, n * 100 + i))
+                            .collect()
                     };
                     for (ack, n) in acks {
                         println!("{} {} {worker} {n}", ack.partition, ack.offset);
@@ -63,7 +75,12 @@ fn kill_9_of_a_publisher_leaves_no_partial_record_and_no_hole() {
         .expect("provision");
 
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["child_publisher_process", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "child_publisher_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_URL, &url)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -105,7 +122,9 @@ fn kill_9_of_a_publisher_leaves_no_partial_record_and_no_hole() {
         }
     }
     // The same partitions take new records right after the last one.
-    let ack = bus.publish(TOPIC, "k0", &json!({"after": true})).expect("publish after");
+    let ack = bus
+        .publish(TOPIC, "k0", &json!({"after": true}))
+        .expect("publish after");
     let stored = fetch_all(&bus, TOPIC, ack.partition, 0);
     assert_eq!(stored.last().map(|e| e.offset), Some(ack.offset));
     assert_contiguous(&stored);

@@ -117,7 +117,9 @@ fn outage(crash: bool) {
         let seen = subscriber.join().expect("subscriber thread");
         for (partition, end) in ends.iter().enumerate() {
             assert!(
-                seen.offsets[partition].last().is_some_and(|last| last + 1 >= *end),
+                seen.offsets[partition]
+                    .last()
+                    .is_some_and(|last| last + 1 >= *end),
                 "the subscription did not catch up on partition {partition}: saw up to {:?}, stored {end}",
                 seen.offsets[partition].last()
             );
@@ -139,7 +141,10 @@ fn outage(crash: bool) {
     );
     for (took, error) in &seen.errors {
         assert!(error.is_transient(), "subscription error {error:?}");
-        assert!(*took <= LIMIT, "a subscription error took {took:?}: {error}");
+        assert!(
+            *took <= LIMIT,
+            "a subscription error took {took:?}: {error}"
+        );
     }
     for (partition, offsets) in seen.offsets.iter().enumerate() {
         let expected: Vec<u64> = (0..offsets.len() as u64).collect();

@@ -81,8 +81,7 @@ impl Server {
     /// `pg_ctl stop -m fast` (clean) or `-m immediate` (a crash: no checkpoint).
     pub fn stop(&self, crash: bool) {
         let mode = if crash { "kill" } else { "stop" };
-        run(&[mode, &self.port.to_string(), &self.dir_arg()])
-            .unwrap_or_else(|e| panic!("{e}"));
+        run(&[mode, &self.port.to_string(), &self.dir_arg()]).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
