@@ -12,7 +12,8 @@
 # Env: BUS_POSTGRES_PORT (5433: 5432 is left to a system server), BUS_BROKER_HOME (~/.cache/bus-brokers),
 #      BUS_POSTGRES_BIN (directory holding initdb/pg_ctl), BUS_POSTGRES_USER / _PASSWORD / _DB (bus/bus/bus),
 #      BUS_POSTGRES_RUN_AS (user the server runs as when this script runs as root: postgres),
-#      BUS_POSTGRES_START_TIMEOUT (30 s). Human messages go to stderr, data lines to stdout.
+#      BUS_POSTGRES_START_TIMEOUT (30 s), BUS_POSTGRES_SERVER_OPTS (more `-c name=value` for the server,
+#      e.g. TLS: "-c ssl=on -c ssl_cert_file=... -c ssl_key_file=..."). Human messages go to stderr, data lines to stdout.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -112,7 +113,7 @@ cmd_start() {
     # Sockets in the cluster's own directory; max_connections leaves room for the conformance suite's
     # parallel buses. fsync and synchronous_commit stay on: an ack is a durable commit.
     as_server "$bin/pg_ctl" start -D "$data" -l "$lf" -w -t "$START_TIMEOUT" -o \
-      "-c listen_addresses=$PG_HOST -p $port -c unix_socket_directories=$home -c max_connections=300" \
+      "-c listen_addresses=$PG_HOST -p $port -c unix_socket_directories=$home -c max_connections=300 ${BUS_POSTGRES_SERVER_OPTS:-}" \
       >&2 || { tail_log "$lf"; die "pg_ctl start failed"; }
   fi
   local end=$(( $(now_ms) + START_TIMEOUT * 1000 ))

@@ -34,7 +34,9 @@ mod publish;
 mod shared;
 mod sql;
 mod subscribe;
+mod tls;
 mod topics;
 
 pub use bus::PostgresBus;
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresOptions};
+pub use tls::TlsFiles;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bus_core::{BusError, Doorbell, DoorbellRegistry};
 use futures::StreamExt;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 
 use crate::errors::pg;
 use crate::shared::{Shared, Topic};
@@ -92,10 +93,32 @@ pub(crate) async fn listen(shared: Arc<Shared>, topic: Arc<Topic>) -> Result<(),
 /// Opens the listening connection, `LISTEN`s on every known channel and
 /// spawns the task that drives it.
 async fn connect(shared: &Arc<Shared>) -> Result<Client, BusError> {
+    let client = match &shared.tls {
+        Some(tls) => drive(shared, tls.clone()).await?,
+        None => drive(shared, NoTls).await?,
+    };
+    let channels: Vec<String> = shared.listener.channels().keys().cloned().collect();
+    let sql: String = channels.iter().map(|c| listen_sql(c) + ";").collect();
+    if !sql.is_empty() {
+        client
+            .batch_execute(&sql)
+            .await
+            .map_err(|e| pg("LISTEN", &e))?;
+    }
+    Ok(client)
+}
+
+/// Connects with `tls` and spawns the task that rings on notifications and
+/// reconnects when the connection ends.
+async fn drive<T>(shared: &Arc<Shared>, tls: T) -> Result<Client, BusError>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
     let (client, mut connection) = shared
         .options
         .config
-        .connect(NoTls)
+        .connect(tls)
         .await
         .map_err(|e| pg("listen: connect", &e))?;
     let weak = Arc::downgrade(shared);
@@ -118,14 +141,6 @@ async fn connect(shared: &Arc<Shared>) -> Result<Client, BusError> {
             reconnect(shared).await;
         }
     });
-    let channels: Vec<String> = shared.listener.channels().keys().cloned().collect();
-    let sql: String = channels.iter().map(|c| listen_sql(c) + ";").collect();
-    if !sql.is_empty() {
-        client
-            .batch_execute(&sql)
-            .await
-            .map_err(|e| pg("LISTEN", &e))?;
-    }
     Ok(client)
 }
 

@@ -1,11 +1,14 @@
 //! How to reach the database: `postgres://USER:PASSWORD@HOST:PORT/DB`, plus
 //! the bus's own query options (`schema`, `timeout_ms`, `pool_size`).
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use bus_core::BusError;
 use bus_core::executor::DEFAULT_TIMEOUT;
+
+use crate::tls::TlsFiles;
 
 /// Schema the bus keeps its tables in unless the URL names another.
 pub const DEFAULT_SCHEMA: &str = "bus";
@@ -26,6 +29,8 @@ pub struct PostgresOptions {
     pub timeout: Duration,
     /// Pooled connections (one more is opened for live subscriptions).
     pub pool_size: usize,
+    /// TLS to the server, when the URL asks for it.
+    pub tls: Option<TlsFiles>,
 }
 
 impl std::fmt::Debug for PostgresOptions {
@@ -52,13 +57,16 @@ impl std::fmt::Debug for PostgresOptions {
             .field("schema", &self.schema)
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
+            .field("tls", &self.tls)
             .finish()
     }
 }
 
 impl PostgresOptions {
     /// Parses `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=S&timeout_ms=N&pool_size=N&...]`.
-    /// Other query options (`sslmode`, `connect_timeout`, ...) go to the client; errors never
+    /// TLS: `sslmode=require` (or `verify-ca`, `verify-full`: the certificate and the host name
+    /// are always verified) with `sslrootcert=CA.pem`, and `sslcert=` / `sslkey=` for a client
+    /// certificate. Other query options (`connect_timeout`, ...) go to the client; errors never
     /// repeat the URL (it may hold a password).
     pub fn from_url(url: &str) -> Result<Self, BusError> {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -66,6 +74,7 @@ impl PostgresOptions {
         let mut timeout = DEFAULT_TIMEOUT;
         let mut pool_size = DEFAULT_POOL_SIZE;
         let mut passed = Vec::new();
+        let (mut tls_wanted, mut ca, mut cert, mut key) = (None, None, None, None);
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
@@ -90,12 +99,19 @@ impl PostgresOptions {
                         .filter(|n| (1..=256).contains(n))
                         .ok_or_else(|| BusError::invalid("pool_size", "must be 1..=256"))?;
                 }
-                "sslmode" if value != "disable" && value != "prefer" => {
-                    return Err(BusError::invalid(
-                        "sslmode",
-                        "TLS is not supported by bus-postgres yet; use sslmode=disable on a trusted network or a local socket",
-                    ));
-                }
+                "sslmode" => match value {
+                    "disable" | "prefer" => tls_wanted = Some(false),
+                    "require" | "verify-ca" | "verify-full" => tls_wanted = Some(true),
+                    other => {
+                        return Err(BusError::invalid(
+                            "sslmode",
+                            format!("{other:?}: use disable, require, verify-ca or verify-full"),
+                        ));
+                    }
+                },
+                "sslrootcert" => ca = Some(PathBuf::from(value)),
+                "sslcert" => cert = Some(PathBuf::from(value)),
+                "sslkey" => key = Some(PathBuf::from(value)),
                 _ => passed.push(pair),
             }
         }
@@ -120,11 +136,25 @@ impl PostgresOptions {
             config.connect_timeout(timeout);
         }
         config.application_name("bus-postgres");
+        let tls = match (tls_wanted.unwrap_or(ca.is_some()), ca) {
+            (false, _) => None,
+            (true, Some(ca)) => {
+                config.ssl_mode(tokio_postgres::config::SslMode::Require);
+                Some(TlsFiles { ca, cert, key })
+            }
+            (true, None) => {
+                return Err(BusError::invalid(
+                    "sslrootcert",
+                    "TLS needs sslrootcert=PATH: the CA (PEM) that signed the server's certificate",
+                ));
+            }
+        };
         let options = Self {
             config,
             schema,
             timeout,
             pool_size,
+            tls,
         };
         options.check()?;
         Ok(options)
@@ -208,6 +238,7 @@ mod tests {
             "postgres://bus:s3cret-pw@127.0.0.1:5433/db?nosuch=1",
             "postgres://bus:s3cret-pw@127.0.0.1:notaport/db",
             "postgres://bus:s3cret-pw@127.0.0.1:5433/db?sslmode=require",
+            "postgres://bus:s3cret-pw@127.0.0.1:5433/db?sslmode=allow",
         ] {
             let error = PostgresOptions::from_url(url).unwrap_err();
             assert!(

@@ -7,6 +7,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{BusError, TopicSpec, fnv1a64};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::listener::Listener;
 use crate::options::PostgresOptions;
@@ -38,6 +39,8 @@ impl Topic {
 pub(crate) struct Shared {
     pub(crate) options: PostgresOptions,
     pub(crate) pool: Pool,
+    /// The TLS connector, when the URL asked for TLS (the listener uses it too).
+    pub(crate) tls: Option<MakeRustlsConnect>,
     pub(crate) sql: Sql,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     auth: RwLock<Option<RecordAuth>>,
@@ -47,13 +50,18 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(options: PostgresOptions) -> Result<Self, BusError> {
-        let manager = Manager::from_config(
-            options.config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let tls = options
+            .tls
+            .as_ref()
+            .map(crate::tls::connector)
+            .transpose()?;
+        let manager = match &tls {
+            Some(tls) => Manager::from_config(options.config.clone(), tls.clone(), manager_config),
+            None => Manager::from_config(options.config.clone(), NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
             .runtime(Runtime::Tokio1)
@@ -63,6 +71,7 @@ impl Shared {
             .build()
             .map_err(|error| BusError::Backend(format!("connection pool: {error}")))?;
         Ok(Self {
+            tls,
             sql: Sql::new(&options.schema),
             options,
             pool,

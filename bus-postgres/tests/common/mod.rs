@@ -12,6 +12,8 @@ pub struct Server {
     pub port: u16,
     pub dir: tempfile::TempDir,
     pub url: String,
+    /// More server settings (`-c name=value ...`), kept for restarts.
+    pub server_opts: String,
 }
 
 fn script() -> PathBuf {
@@ -24,9 +26,14 @@ pub fn free_port() -> u16 {
 }
 
 fn run(args: &[&str]) -> Result<String, String> {
+    run_with(args, "")
+}
+
+fn run_with(args: &[&str], server_opts: &str) -> Result<String, String> {
     let output = Command::new("bash")
         .arg(script())
         .args(args)
+        .env("BUS_POSTGRES_SERVER_OPTS", server_opts)
         .output()
         .map_err(|e| format!("scripts/postgres.sh: {e}"))?;
     if output.status.success() {
@@ -43,15 +50,26 @@ impl Server {
     /// Starts a fresh server, or `None` (a loud skip) when PostgreSQL is not
     /// installed and brokers are not required.
     pub fn start_or_skip(test: &str) -> Option<Self> {
+        Self::start_or_skip_with(test, |_| String::new())
+    }
+
+    /// As [`Server::start_or_skip`], with server settings that `setup` returns
+    /// after it put what they need (certificates, say) in the server's directory.
+    pub fn start_or_skip_with(
+        test: &str,
+        setup: impl FnOnce(&std::path::Path) -> String,
+    ) -> Option<Self> {
         let dir = tempfile::tempdir().expect("temp dir");
         // Under root the server runs as the `postgres` user, which must reach it.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
             .expect("chmod");
         let port = free_port();
+        let server_opts = setup(dir.path());
         let mut server = Self {
             port,
             dir,
             url: String::new(),
+            server_opts,
         };
         match server.start() {
             Ok(()) => Some(server),
@@ -69,7 +87,10 @@ impl Server {
 
     /// Starts (again) on the same port and data.
     pub fn start(&mut self) -> Result<(), String> {
-        let out = run(&["start", &self.port.to_string(), &self.dir_arg()])?;
+        let out = run_with(
+            &["start", &self.port.to_string(), &self.dir_arg()],
+            &self.server_opts,
+        )?;
         let url = out
             .lines()
             .find_map(|line| line.strip_prefix("BUS_POSTGRES_URL="))
