@@ -81,9 +81,29 @@ pub(crate) async fn listen(shared: Arc<Shared>, topic: Arc<Topic>) -> Result<(),
         *client = Some(connect(&shared).await?);
         return Ok(());
     }
-    if fresh && let Some(client) = client.as_ref() {
+    // Channels whose subscriptions were all dropped stop listening here.
+    let idle: Vec<String> = {
+        let mut channels = listener.channels();
+        let idle: Vec<String> = channels
+            .iter()
+            .filter(|(_, topics)| !topics.iter().any(|t| listener.bells.has_listeners(t)))
+            .map(|(channel, _)| channel.clone())
+            .filter(|channel| *channel != topic.channel)
+            .collect();
+        for channel in &idle {
+            channels.remove(channel);
+        }
+        idle
+    };
+    let mut sql: String = idle.iter().map(|c| format!("UNLISTEN \"{c}\";")).collect();
+    if fresh {
+        sql.push_str(&listen_sql(&topic.channel));
+    }
+    if !sql.is_empty()
+        && let Some(client) = client.as_ref()
+    {
         client
-            .batch_execute(&listen_sql(&topic.channel))
+            .batch_execute(&sql)
             .await
             .map_err(|e| pg("LISTEN", &e))?;
     }
