@@ -31,6 +31,8 @@ mod fetch;
 mod listener;
 mod options;
 mod publish;
+#[doc(hidden)]
+pub mod reference;
 mod shared;
 mod sql;
 mod subscribe;
