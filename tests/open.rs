@@ -64,8 +64,13 @@ fn postgres_url_without_the_feature_names_it() {
 #[test]
 fn postgres_url_opens_a_postgres_bus() {
     let Ok(url) = bus_conformance::brokers::postgres_url() else {
-        assert!(!bus_conformance::brokers_required(), "BUS_REQUIRE_BROKERS=1 but BUS_POSTGRES_URL is not set");
-        bus_conformance::loud("SKIPPED postgres_url_opens_a_postgres_bus: BUS_POSTGRES_URL is not set");
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_REQUIRE_BROKERS=1 but BUS_POSTGRES_URL is not set"
+        );
+        bus_conformance::loud(
+            "SKIPPED postgres_url_opens_a_postgres_bus: BUS_POSTGRES_URL is not set",
+        );
         return;
     };
     let bus = bus::connect(&url).unwrap_or_else(|e| panic!("connect: {e}"));

@@ -32,8 +32,8 @@ fn value(n: usize) -> serde_json::Value {
     json!({"n": n, "agent": "agent-1", "kind": "audit", "pad": "x".repeat(100)})
 }
 
-fn record(n: usize, prefix: &str) -> (String, String, serde_json::Value) {
-    (format!("k{n}"), format!("{prefix}-{n}"), value(n))
+fn record(n: usize, prefix: &str) -> (String, Option<String>, serde_json::Value) {
+    (format!("k{n}"), Some(format!("{prefix}-{n}")), value(n))
 }
 
 struct Row {

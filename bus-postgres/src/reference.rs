@@ -70,7 +70,7 @@ impl RawConn {
     /// first offset.
     pub async fn append(
         &mut self,
-        records: &[(String, String, Value)],
+        records: &[(String, Option<String>, Value)],
         channel: &str,
     ) -> Result<i64, BusError> {
         let names = ["lock", "claims", "insert", "advance", "notify"];
@@ -90,14 +90,17 @@ impl RawConn {
             .await
             .map_err(err)?
             .get(0);
-        let uids: Vec<&str> = records.iter().map(|(_, uid, _)| uid.as_str()).collect();
-        tx.query(&prepared[1], &[&id, &0i32, &uids])
-            .await
-            .map_err(err)?;
+        // As the bus: the UID lookup only when the records carry UIDs.
+        let uids: Vec<Option<&str>> = records.iter().map(|(_, uid, _)| uid.as_deref()).collect();
+        let lookup: Vec<&str> = uids.iter().flatten().copied().collect();
+        if !lookup.is_empty() {
+            tx.query(&prepared[1], &[&id, &0i32, &lookup])
+                .await
+                .map_err(err)?;
+        }
         let count = i64::try_from(records.len()).unwrap_or(i64::MAX);
         let offsets: Vec<i64> = (next..next + count).collect();
         let keys: Vec<&str> = records.iter().map(|(key, _, _)| key.as_str()).collect();
-        let uids: Vec<Option<&str>> = uids.into_iter().map(Some).collect();
         let values = records
             .iter()
             .map(|(_, _, value)| serde_json::to_vec(value))
@@ -167,28 +170,21 @@ impl RawPostgres {
         Ok(Self { runtime, conn })
     }
 
-    /// One transaction per record.
+    /// One transaction per record (no UIDs, as `bus bench` publishes).
     pub fn serial(&mut self, events: &[Value]) -> Result<(), BusError> {
-        for (i, value) in events.iter().enumerate() {
-            let record = [(format!("k{i}"), format!("raw-s-{i}"), value.clone())];
+        for value in events {
+            let record = [("k".to_owned(), None, value.clone())];
             self.runtime
                 .block_on(self.conn.append(&record, "bench_raw"))?;
         }
         Ok(())
     }
 
-    /// One transaction for all of `events`.
-    pub fn batch(&mut self, events: &[Value], first: usize) -> Result<(), BusError> {
+    /// One transaction for all of `events` (no UIDs).
+    pub fn batch(&mut self, events: &[Value]) -> Result<(), BusError> {
         let records: Vec<_> = events
             .iter()
-            .enumerate()
-            .map(|(i, value)| {
-                (
-                    format!("k{i}"),
-                    format!("raw-b-{}", first + i),
-                    value.clone(),
-                )
-            })
+            .map(|value| ("k".to_owned(), None, value.clone()))
             .collect();
         self.runtime
             .block_on(self.conn.append(&records, "bench_raw"))?;
