@@ -181,8 +181,100 @@ fn offset_of(value: i64) -> Result<u64, BusError> {
     u64::try_from(value).map_err(|_| BusError::Backend(format!("negative offset {value}")))
 }
 
-/// One transaction for every record of `round`; their offsets in order.
+/// Every record of `round` in one statement when none of its UIDs is stored
+/// yet (the usual case: one round trip, or two with UIDs); else, or when
+/// another writer stored one of them meanwhile, [`commit_locked`]. Their
+/// offsets in order.
 async fn commit_round(
+    shared: &Shared,
+    topic: &Topic,
+    partition: u32,
+    round: &[Request],
+) -> Result<Vec<u64>, BusError> {
+    let sql = &shared.sql;
+    let part = i32::try_from(partition).map_err(|_| BusError::Backend("partition".to_owned()))?;
+    let client = shared.pool.get().await.map_err(pool)?;
+    let records: Vec<&Prepared> = round.iter().flat_map(|r| &r.records).collect();
+    let uids: Vec<&str> = records.iter().filter_map(|r| r.uid.as_deref()).collect();
+    if !uids.is_empty() {
+        let claims = client
+            .prepare_cached(&sql.claims)
+            .await
+            .map_err(|e| pg("publish: prepare", &e))?;
+        let stored = client
+            .query(&claims, &[&topic.id, &part, &uids])
+            .await
+            .map_err(|e| pg("publish: look up UIDs", &e))?;
+        if !stored.is_empty() {
+            drop(client);
+            return commit_locked(shared, topic, partition, round).await;
+        }
+    }
+    // Offsets relative to the round's first; a UID twice in the round is
+    // stored once.
+    let mut first_of: HashMap<&str, u64> = HashMap::new();
+    let mut relative = Vec::with_capacity(records.len());
+    let (mut keys, mut new_uids, mut values, mut tags) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for record in &records {
+        if let Some(uid) = record.uid.as_deref()
+            && let Some(at) = first_of.get(uid)
+        {
+            relative.push(*at);
+            continue;
+        }
+        let at = keys.len() as u64;
+        if let Some(uid) = record.uid.as_deref() {
+            first_of.insert(uid, at);
+        }
+        relative.push(at);
+        keys.push(record.key.as_str());
+        new_uids.push(record.uid.as_deref());
+        values.push(record.value.as_slice());
+        tags.push(record.tag.as_deref());
+    }
+    let count = i64::try_from(keys.len()).map_err(|_| BusError::Backend("round size".into()))?;
+    let stored_at = sql_offset(now_ms())?;
+    let append = client
+        .prepare_cached(&sql.append)
+        .await
+        .map_err(|e| pg("publish: prepare", &e))?;
+    let result = client
+        .query_opt(
+            &append,
+            &[
+                &topic.id,
+                &part,
+                &count,
+                &keys,
+                &new_uids,
+                &values,
+                &tags,
+                &stored_at,
+                &topic.channel,
+            ],
+        )
+        .await;
+    match result {
+        Ok(Some(row)) => {
+            let base = offset_of(row.get(0))?;
+            Ok(relative.into_iter().map(|at| base + at).collect())
+        }
+        Ok(None) => Err(BusError::Backend(format!(
+            "topic {:?} has no counter row for partition {partition}",
+            topic.spec.name
+        ))),
+        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            drop(client);
+            commit_locked(shared, topic, partition, round).await
+        }
+        Err(error) => Err(pg("publish", &error)),
+    }
+}
+
+/// One transaction for every record of `round` under the partition's lock,
+/// deciding each UID against what is stored; their offsets in order.
+async fn commit_locked(
     shared: &Shared,
     topic: &Topic,
     partition: u32,

@@ -48,11 +48,8 @@ impl RawConn {
             return Ok(statement.clone());
         }
         let text = match name {
-            "lock" => &self.sql.lock_partition,
             "claims" => &self.sql.claims,
-            "insert" => &self.sql.insert_records,
-            "advance" => &self.sql.advance,
-            "notify" => &self.sql.notify,
+            "append" => &self.sql.append,
             "fetch" => &self.sql.fetch,
             _ => &self.sql.find,
         };
@@ -65,41 +62,28 @@ impl RawConn {
         Ok(statement)
     }
 
-    /// One transaction: lock the counter, look up the UIDs, insert the
-    /// records, advance the counter, notify `channel`, commit. Returns the
+    /// What the bus sends for a round whose UIDs are new: the UID lookup
+    /// (only when the records carry UIDs), then the one statement that
+    /// advances the counter, inserts and notifies `channel`. Returns the
     /// first offset.
     pub async fn append(
         &mut self,
         records: &[(String, Option<String>, Value)],
         channel: &str,
     ) -> Result<i64, BusError> {
-        let names = ["lock", "claims", "insert", "advance", "notify"];
-        let mut prepared = Vec::new();
-        for name in names {
-            prepared.push(self.statement(name).await?);
-        }
+        let claims = self.statement("claims").await?;
+        let append = self.statement("append").await?;
         let id = self.topic_id;
-        let tx = self
-            .client
-            .transaction()
-            .await
-            .map_err(|e| pg("raw begin", &e))?;
         let err = |e: tokio_postgres::Error| pg("raw append", &e);
-        let next: i64 = tx
-            .query_one(&prepared[0], &[&id, &0i32])
-            .await
-            .map_err(err)?
-            .get(0);
-        // As the bus: the UID lookup only when the records carry UIDs.
         let uids: Vec<Option<&str>> = records.iter().map(|(_, uid, _)| uid.as_deref()).collect();
         let lookup: Vec<&str> = uids.iter().flatten().copied().collect();
         if !lookup.is_empty() {
-            tx.query(&prepared[1], &[&id, &0i32, &lookup])
+            self.client
+                .query(&claims, &[&id, &0i32, &lookup])
                 .await
                 .map_err(err)?;
         }
         let count = i64::try_from(records.len()).unwrap_or(i64::MAX);
-        let offsets: Vec<i64> = (next..next + count).collect();
         let keys: Vec<&str> = records.iter().map(|(key, _, _)| key.as_str()).collect();
         let values = records
             .iter()
@@ -107,22 +91,17 @@ impl RawConn {
             .collect::<Result<Vec<_>, _>>()?;
         let tags: Vec<Option<&[u8]>> = vec![None; records.len()];
         let stored_at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
-        tx.execute(
-            &prepared[2],
-            &[
-                &id, &0i32, &offsets, &keys, &uids, &values, &tags, &stored_at,
-            ],
-        )
-        .await
-        .map_err(err)?;
-        tx.execute(&prepared[3], &[&id, &0i32, &(next + count)])
+        let row = self
+            .client
+            .query_one(
+                &append,
+                &[
+                    &id, &0i32, &count, &keys, &uids, &values, &tags, &stored_at, &channel,
+                ],
+            )
             .await
             .map_err(err)?;
-        tx.execute(&prepared[4], &[&channel, &next.to_string()])
-            .await
-            .map_err(err)?;
-        tx.commit().await.map_err(|e| pg("raw commit", &e))?;
-        Ok(next)
+        Ok(row.get(0))
     }
 
     /// Up to `max` records from `from` on, their values decoded; the next

@@ -29,6 +29,7 @@ pub(crate) struct Sql {
     pub(crate) claims: String,
     pub(crate) unclaim: String,
     pub(crate) insert_records: String,
+    pub(crate) append: String,
     pub(crate) advance: String,
     pub(crate) notify: String,
     pub(crate) fetch: String,
@@ -109,6 +110,24 @@ impl Sql {
                 "INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
                  SELECT $1, $2, o, k, u, u, v, t, $8
                  FROM unnest($3::bigint[], $4::text[], $5::text[], $6::bytea[], $7::bytea[]) AS r (o, k, u, v, t)"
+            ),
+            // The whole round in one statement (one round trip, its own
+            // transaction): advance the counter (its row lock serializes the
+            // partition's writers), insert the records at the offsets it
+            // covered, notify. A UID another writer stored meanwhile fails
+            // the claim index and rolls all of it back.
+            append: format!(
+                "WITH c AS (
+                     UPDATE {s}.partitions SET next_offset = next_offset + $3
+                     WHERE topic_id = $1 AND partition = $2
+                     RETURNING next_offset - $3 AS base),
+                 ins AS (
+                     INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
+                     SELECT $1, $2, c.base + r.i - 1, r.k, r.u, r.u, r.v, r.t, $8
+                     FROM c, unnest($4::text[], $5::text[], $6::bytea[], $7::bytea[])
+                          WITH ORDINALITY AS r (k, u, v, t, i))
+                 SELECT c.base, pg_notify($9, CAST($2 AS integer)::text || ':' || (c.base + $3 - 1)::text)
+                 FROM c"
             ),
             advance: format!(
                 "UPDATE {s}.partitions SET next_offset = $3 WHERE topic_id = $1 AND partition = $2"
