@@ -118,7 +118,6 @@ fn open_kafka(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
     Err(disabled("kafka", "kafka"))
 }
 
-#[allow(dead_code)]
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     Ok(Box::new(bus_postgres::PostgresBus::connect(url)?))
@@ -129,6 +128,7 @@ fn open_postgres(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
     Err(disabled("postgres", "postgres"))
 }
 
+#[allow(dead_code)]
 fn disabled(scheme: &str, feature: &str) -> BusError {
     BusError::FeatureDisabled {
         scheme: scheme.to_owned(),

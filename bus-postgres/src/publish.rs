@@ -5,13 +5,16 @@
 //! next round, so concurrent publishers of a partition share one transaction
 //! and one commit (one WAL flush), and throughput grows with concurrency.
 //!
-//! A round, in one transaction: lock the partition's counter row (the lock
-//! serializes writers of the partition across processes); look up the UIDs of
-//! the round in their index; give each new record the next offset;
-//! insert them all in one statement; advance the counter; `NOTIFY` the
-//! topic's channel (delivered by the server only after the commit). Offsets
-//! come from the counter row inside the transaction, so a rolled-back round
-//! leaves no hole.
+//! A round is, in the usual case, one statement in one round trip (see
+//! `Sql::append`): advance the partition's counter row (its row lock orders
+//! the partition's writers across processes), insert the round's records at
+//! the offsets it covered, `NOTIFY` the topic's channel (delivered by the
+//! server only after the commit). Records with UIDs are looked up first;
+//! when one is stored already, or another writer stores one meanwhile (the
+//! claim index refuses the statement, which rolls back whole), the round
+//! runs as a transaction that locks the counter row, decides each UID, then
+//! inserts. Offsets come from the counter row inside the inserting
+//! transaction, so a rolled-back round leaves no hole.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
