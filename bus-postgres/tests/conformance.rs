@@ -32,10 +32,9 @@ impl Harness for Postgres {
 }
 
 impl PostgresNamespace {
-    /// Runs `sql` with `params` on a plain client beside the bus, as a foreign writer.
-    fn raw(&self, sql: &str) -> Result<tokio_postgres::Client, BusError> {
+    /// A plain client beside the bus, as a foreign writer.
+    fn raw(&self) -> Result<tokio_postgres::Client, BusError> {
         let config = self.options.config.clone();
-        let _ = sql;
         self.runtime.block_on(async move {
             let (client, connection) = config
                 .connect(tokio_postgres::NoTls)
@@ -59,7 +58,7 @@ impl Namespace for PostgresNamespace {
         partition: u32,
         raw: &RawRecord,
     ) -> Result<(), BusError> {
-        let client = self.raw("")?;
+        let client = self.raw()?;
         let s = format!("\"{}\"", self.options.schema);
         let part = i32::try_from(partition).map_err(|_| BusError::Backend("partition".into()))?;
         let raw = raw.clone();
@@ -92,7 +91,7 @@ impl Namespace for PostgresNamespace {
 
 impl Drop for PostgresNamespace {
     fn drop(&mut self) {
-        let Ok(client) = self.raw("") else { return };
+        let Ok(client) = self.raw() else { return };
         let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.options.schema);
         let _ = self
             .runtime
