@@ -11,6 +11,8 @@ command -v cc >/dev/null || need+=(gcc g++ make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 # The TLS tests make their certificates with the openssl command.
 command -v openssl >/dev/null || need+=(openssl)
+# tests/cli_tty.rs drives `bus` in a real terminal through tmux.
+command -v tmux >/dev/null || need+=(tmux)
 # librdkafka's rdkafka_conf.c includes curl/curl.h even with curl disabled;
 # TLS and SASL use OpenSSL.
 for header in /usr/include/x86_64-linux-gnu/curl/curl.h:libcurl4-openssl-dev \

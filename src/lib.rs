@@ -16,9 +16,9 @@
 //! | cargo feature | backend | URL |
 //! |---|---|---|
 //! | `embedded` (default) | segmented file log | `file://DIR` or a bare path; `file://DIR?read_only=true` follows a directory another process writes |
-//! | `nats` | NATS JetStream | `nats://HOST:PORT[,HOST:PORT]` |
-//! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]` |
-//! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`) |
+//! | `nats` | NATS JetStream | `nats://HOST:PORT[,HOST:PORT]`; `tls://` requires TLS |
+//! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]`; `kafkas://` (or `kafka+tls://`) for TLS |
+//! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`); `sslmode=verify-full&sslrootcert=CA.pem` for TLS |
 //! | (always) | in-memory | `memory://` |
 
 pub use bus_core::*;
@@ -42,18 +42,148 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
         // A bare path is taken whole: no query.
         return open_embedded(url, false);
     };
-    match scheme {
+    let backend = backend_of_scheme(scheme)?;
+    match backend.name {
         "memory" => Ok(Box::new(memory::MemoryBus::new())),
-        "file" => open_file(rest),
-        "nats" | "tls" => open_nats(url),
+        "embedded" => open_file(rest),
+        "nats" => open_nats(url),
         "kafka" => open_kafka(url),
-        "postgres" | "postgresql" => open_postgres(url),
-        other => Err(BusError::invalid(
+        _ => open_postgres(url),
+    }
+}
+
+/// A backend the facade routes to, with the URL schemes it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backend {
+    /// `memory`, `embedded`, `nats`, `kafka` or `postgres`.
+    pub name: &'static str,
+    /// The cargo feature of `bus` that compiles it in.
+    pub feature: &'static str,
+    /// The URL schemes it accepts, as the backend crate itself lists them.
+    pub schemes: &'static [&'static str],
+    /// Whether it is compiled in.
+    pub enabled: bool,
+}
+
+/// Every backend the facade knows, compiled in or not.
+///
+/// Each compiled-in backend's schemes come from its own crate's `SCHEMES`,
+/// the list its URL parser checks, so routing cannot drift from parsing.
+pub fn backends() -> [Backend; 5] {
+    [
+        Backend {
+            name: "memory",
+            feature: "(always)",
+            schemes: &["memory"],
+            enabled: true,
+        },
+        Backend {
+            name: "embedded",
+            feature: "embedded",
+            schemes: schemes::EMBEDDED,
+            enabled: cfg!(feature = "embedded"),
+        },
+        Backend {
+            name: "nats",
+            feature: "nats",
+            schemes: schemes::NATS,
+            enabled: cfg!(feature = "nats"),
+        },
+        Backend {
+            name: "kafka",
+            feature: "kafka",
+            schemes: schemes::KAFKA,
+            enabled: cfg!(feature = "kafka"),
+        },
+        Backend {
+            name: "postgres",
+            feature: "postgres",
+            schemes: schemes::POSTGRES,
+            enabled: cfg!(feature = "postgres"),
+        },
+    ]
+}
+
+/// The backend `url` routes to (a bare path is the embedded log).
+pub fn backend_of(url: &str) -> Result<Backend, BusError> {
+    match url.split_once("://") {
+        Some((scheme, _)) => backend_of_scheme(scheme),
+        None => backend_of_scheme("file"),
+    }
+}
+
+fn backend_of_scheme(scheme: &str) -> Result<Backend, BusError> {
+    let all = backends();
+    let Some(backend) = all.iter().find(|b| b.schemes.contains(&scheme)) else {
+        let known: Vec<String> = all
+            .iter()
+            .flat_map(|b| b.schemes.iter().map(|s| format!("{s}://")))
+            .collect();
+        return Err(BusError::invalid(
             "url",
             format!(
-                "unknown scheme {other:?}; use file://DIR, memory://, nats://HOST:PORT, kafka://HOST:PORT or postgres://USER:PASSWORD@HOST:PORT/DB"
+                "unknown scheme {scheme:?}; use one of {} (or a bare directory path)",
+                known.join(", ")
             ),
-        )),
+        ));
+    };
+    if !backend.enabled {
+        return Err(disabled(scheme, backend.feature));
+    }
+    Ok(*backend)
+}
+
+/// The schemes of each backend: its crate's own list when compiled in, else
+/// the list that crate had when this one was built (a test compares them).
+mod schemes {
+    #[cfg(feature = "embedded")]
+    pub const EMBEDDED: &[&str] = bus_embedded::SCHEMES;
+    #[cfg(not(feature = "embedded"))]
+    pub const EMBEDDED: &[&str] = EMBEDDED_WHEN_DISABLED;
+    #[cfg(feature = "nats")]
+    pub const NATS: &[&str] = bus_nats::SCHEMES;
+    #[cfg(not(feature = "nats"))]
+    pub const NATS: &[&str] = NATS_WHEN_DISABLED;
+    #[cfg(feature = "kafka")]
+    pub const KAFKA: &[&str] = bus_kafka::SCHEMES;
+    #[cfg(not(feature = "kafka"))]
+    pub const KAFKA: &[&str] = KAFKA_WHEN_DISABLED;
+    #[cfg(feature = "postgres")]
+    pub const POSTGRES: &[&str] = bus_postgres::SCHEMES;
+    #[cfg(not(feature = "postgres"))]
+    pub const POSTGRES: &[&str] = POSTGRES_WHEN_DISABLED;
+
+    #[allow(dead_code)]
+    pub const EMBEDDED_WHEN_DISABLED: &[&str] = &["file"];
+    #[allow(dead_code)]
+    pub const NATS_WHEN_DISABLED: &[&str] = &["nats", "tls"];
+    #[allow(dead_code)]
+    pub const KAFKA_WHEN_DISABLED: &[&str] = &["kafka", "kafkas", "kafka+tls", "kafka+ssl"];
+    #[allow(dead_code)]
+    pub const POSTGRES_WHEN_DISABLED: &[&str] = &["postgres", "postgresql"];
+
+    #[cfg(test)]
+    mod tests {
+        #[cfg(feature = "embedded")]
+        #[test]
+        fn embedded_fallback_matches_the_crate() {
+            assert_eq!(super::EMBEDDED_WHEN_DISABLED, bus_embedded::SCHEMES);
+        }
+        #[cfg(feature = "nats")]
+        #[test]
+        fn nats_fallback_matches_the_crate() {
+            assert_eq!(super::NATS_WHEN_DISABLED, bus_nats::SCHEMES);
+        }
+        #[cfg(feature = "kafka")]
+        #[test]
+        fn kafka_fallback_matches_the_crate() {
+            assert_eq!(super::KAFKA_WHEN_DISABLED, bus_kafka::SCHEMES);
+        }
+        #[cfg(feature = "postgres")]
+        #[test]
+        fn postgres_fallback_matches_the_crate() {
+            assert_eq!(super::POSTGRES_WHEN_DISABLED, bus_postgres::SCHEMES);
+        }
     }
 }
 
@@ -128,7 +258,6 @@ fn open_postgres(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
     Err(disabled("postgres", "postgres"))
 }
 
-#[allow(dead_code)]
 fn disabled(scheme: &str, feature: &str) -> BusError {
     BusError::FeatureDisabled {
         scheme: scheme.to_owned(),

@@ -1,263 +1,101 @@
 //! The `bus` command: provision, feed, read and inspect a bus.
 //!
-//! Data goes to stdout as JSON lines; errors are one line on stderr with an
-//! exit code that tells bad usage (2), an unknown topic or partition (3), a
-//! record not found (4) and a backend failure (1) apart.
+//! Data goes to stdout as JSON lines; errors are one line on stderr, secrets
+//! redacted, with an exit code per class of failure (see `bus --help`).
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use bus::BusError;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches};
 
 mod cli;
 
-use cli::commands;
-
-/// Look at, feed and measure a bus, the way kcat and the nats CLI are used
-/// for their brokers.
-#[derive(Parser)]
-#[command(version, about)]
-struct Cli {
-    /// Bus URL: file://DIR (or a bare path), memory://, nats://HOST:PORT, kafka://HOST:PORT, postgres://USER:PASSWORD@HOST:PORT/DB.
-    #[arg(
-        long,
-        env = "BUS_URL",
-        default_value = "file://./bus-data",
-        global = true
-    )]
-    url: String,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Provision the topics of a manifest (TOML or JSON).
-    #[command(after_help = "Example: bus provision examples/topics.toml")]
-    Provision {
-        /// Manifest file.
-        manifest: std::path::PathBuf,
-    },
-    /// Topics with partitions, first and next offset and record counts.
-    #[command(after_help = "Example: bus topics --json")]
-    Topics {
-        /// JSON lines instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Publish a JSON value, or one value per stdin line (batched; a bad line stores nothing).
-    #[command(
-        after_help = "Examples:\n  bus publish audit --key agent-1 '{\"event\":\"start\"}'\n  cat events.jsonl | bus publish audit --key agent-1"
-    )]
-    Publish {
-        /// Topic.
-        topic: String,
-        /// Partition key.
-        #[arg(long)]
-        key: String,
-        /// Event UID for deduplication (with a single value).
-        #[arg(long)]
-        uid: Option<String>,
-        /// The JSON value; `-` or nothing reads stdin.
-        json: Option<String>,
-    },
-    /// Print records of one partition as JSON lines.
-    #[command(after_help = "Example: bus fetch audit --key agent-1 --from 0 --max 10")]
-    Fetch {
-        /// Topic.
-        topic: String,
-        /// Partition (default 0).
-        #[arg(long, conflicts_with = "key")]
-        partition: Option<u32>,
-        /// Read the partition this key lands on.
-        #[arg(long)]
-        key: Option<String>,
-        /// First offset.
-        #[arg(long, default_value_t = 0)]
-        from: u64,
-        /// Most records to print (all when omitted).
-        #[arg(long)]
-        max: Option<usize>,
-    },
-    /// Print a topic's records as JSON lines through a live subscription; --follow keeps going.
-    #[command(
-        after_help = "Examples: bus tail audit --follow\n          bus tail audit --key agent-1 --from -10\n          bus tail audit --from end --follow --max-lag 1000"
-    )]
-    Tail {
-        /// Topic.
-        topic: String,
-        /// Only this partition.
-        #[arg(long, conflicts_with = "key")]
-        partition: Option<u32>,
-        /// Only this key's records (read from its partition).
-        #[arg(long)]
-        key: Option<String>,
-        /// Start: beginning, end, an offset, or -N (the last N of one partition).
-        #[arg(long, default_value = "beginning", allow_hyphen_values = true)]
-        from: commands::TailFrom,
-        /// Start at the first record stored at or after this time (epoch ms).
-        #[arg(long, conflicts_with = "from")]
-        from_time: Option<u64>,
-        /// Stop after this many records.
-        #[arg(long)]
-        count: Option<u64>,
-        /// When more than this many records behind, skip ahead and print a lag line.
-        #[arg(long)]
-        max_lag: Option<u64>,
-        /// Keep printing new records as they arrive (a live subscription).
-        #[arg(long, short)]
-        follow: bool,
-    },
-    /// Find a record by its UID (exit 4 when not stored).
-    #[command(after_help = "Example: bus find audit --key agent-1 --uid evt-42")]
-    Find {
-        /// Topic.
-        topic: String,
-        /// Partition key the record was published with.
-        #[arg(long)]
-        key: String,
-        /// Event UID.
-        #[arg(long)]
-        uid: String,
-    },
-    /// Measure every compiled-in backend whose broker is reachable, side by side.
-    #[command(
-        after_help = "Example: bus bench --records 20000 --json > run.json; bus bench --compare run.json"
-    )]
-    Bench {
-        /// Records per throughput phase.
-        #[arg(long, default_value_t = 20_000)]
-        records: usize,
-        /// Approximate size of each JSON event in bytes.
-        #[arg(long, default_value_t = 200)]
-        event_bytes: usize,
-        /// Publisher threads in the concurrent phase.
-        #[arg(long, default_value_t = 16)]
-        threads: usize,
-        /// Samples per latency phase.
-        #[arg(long, default_value_t = 1_000)]
-        samples: usize,
-        /// Write the rows as JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// Print the change against an earlier `--json` run.
-        #[arg(long)]
-        compare: Option<std::path::PathBuf>,
-        /// Only these backends (embedded, memory, nats, kafka); all reachable when omitted.
-        #[arg(long, value_delimiter = ',')]
-        only: Vec<String>,
-        /// Seconds an idle subscription is watched for CPU use (0 skips it).
-        #[arg(long, default_value_t = 10)]
-        idle_secs: u64,
-    },
-    /// Run retention (embedded and memory; brokers expire natively).
-    #[command(after_help = "Example: bus maintenance --now 1767225600000")]
-    Maintenance {
-        /// Clock to expire against, epoch ms (default: now).
-        #[arg(long)]
-        now: Option<u64>,
-    },
-}
-
-enum Failure {
-    Bus(BusError),
-    NotFound(String),
-}
-
-impl From<BusError> for Failure {
-    fn from(error: BusError) -> Self {
-        Self::Bus(error)
-    }
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(error: std::io::Error) -> Self {
-        Self::Bus(BusError::Io(error))
-    }
-}
-
-fn exit_code(error: &BusError) -> u8 {
-    match error {
-        BusError::InvalidArgument { .. }
-        | BusError::FeatureDisabled { .. }
-        | BusError::TooLarge { .. }
-        | BusError::TooDeep { .. } => 2,
-        BusError::UnknownTopic(_) | BusError::UnknownPartition { .. } => 3,
-        _ => 1,
-    }
-}
+use cli::args::{Cli, Command, DEFAULT_URL, ProfileCommand};
+use cli::exit::Failure;
+use cli::{commands, profile, publish, tail};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    let matches = Cli::command().get_matches();
+    let url_from_command_line =
+        matches.value_source("url") == Some(clap::parser::ValueSource::CommandLine);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    match run(cli, url_from_command_line) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::NotFound(what)) => {
-            eprintln!("bus: {what}");
-            ExitCode::from(4)
-        }
-        Err(Failure::Bus(BusError::Io(error)))
-            if error.kind() == std::io::ErrorKind::BrokenPipe =>
-        {
-            ExitCode::SUCCESS
-        }
-        Err(Failure::Bus(error)) => {
-            eprintln!("bus: {error}");
-            ExitCode::from(exit_code(&error))
+        Err(failure) if failure.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("{}", failure.line());
+            ExitCode::from(failure.code())
         }
     }
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+/// The URL to use: `--url` on the command line, else the profile's, else
+/// `BUS_URL`, else the default. `None` when none was given (for `bench`).
+fn chosen_url(cli: &Cli, from_command_line: bool) -> Result<Option<String>, Failure> {
+    match (&cli.url, &cli.profile) {
+        (Some(url), _) if from_command_line => Ok(Some(url.clone())),
+        (_, Some(name)) => profile::url_of(name).map(Some),
+        (url, None) => Ok(url.clone()),
+    }
+}
+
+fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let url = cli.url;
+    let named_url = match &cli.command {
+        // These never open a bus: a broken profile must not stop them.
+        Command::Profile(_) | Command::Completions { .. } | Command::Man => None,
+        _ => chosen_url(&cli, url_from_command_line)?,
+    };
+    let url = named_url.clone().unwrap_or_else(|| DEFAULT_URL.to_owned());
     match cli.command {
         Command::Provision { manifest } => commands::provision(&url, &manifest, &mut out)?,
         Command::Topics { json } => {
-            commands::topics(commands::connect(&url)?.as_ref(), json, &mut out)?
+            commands::topics(commands::connect(&url)?.as_ref(), json, &mut out)?;
+        }
+        Command::Describe { topic } => {
+            commands::describe(commands::connect(&url)?.as_ref(), &topic, &mut out)?;
         }
         Command::Publish {
             topic,
             key,
             uid,
+            batch_lines,
+            batch_ms,
             json,
-        } => {
-            let bus = commands::connect(&url)?;
-            match json.as_deref() {
-                Some(text) if text != "-" => {
-                    commands::publish_one(
-                        bus.as_ref(),
-                        &topic,
-                        &key,
-                        uid.as_deref(),
-                        text,
-                        &mut out,
-                    )?;
-                }
-                _ if uid.is_some() => {
-                    return Err(BusError::invalid(
-                        "uid",
-                        "--uid goes with one value; put metadata.uid in each stdin value instead",
-                    )
-                    .into());
-                }
-                _ => commands::publish_lines(
-                    bus.as_ref(),
-                    &topic,
-                    &key,
-                    std::io::stdin().lock(),
-                    &mut out,
-                )?,
+        } => match json.as_deref() {
+            Some(text) if text != "-" => {
+                publish::publish_one(&url, &topic, &key, uid.as_deref(), text, &mut out)?;
             }
-        }
+            _ if uid.is_some() => {
+                return Err(bus::BusError::invalid(
+                    "uid",
+                    "--uid goes with one value; put metadata.uid in each stdin value instead",
+                )
+                .into());
+            }
+            _ => {
+                let batching = publish::Batching {
+                    lines: usize::try_from(batch_lines).unwrap_or(usize::MAX),
+                    linger: std::time::Duration::from_millis(batch_ms),
+                };
+                let stdin = std::io::BufReader::new(std::io::stdin());
+                publish::publish_stream(&url, &topic, &key, stdin, batching, &mut out)?;
+            }
+        },
         Command::Fetch {
             topic,
             partition,
             key,
             from,
             max,
+            value_only,
         } => {
+            // The writer's open: it reports damage a read-only open cannot tell
+            // from a frame still being written.
             let bus = commands::connect(&url)?;
             let partition =
                 commands::resolve_partition(bus.as_ref(), &topic, partition, key.as_deref())?;
@@ -267,6 +105,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 partition.unwrap_or(0),
                 from,
                 max,
+                value_only,
                 &mut out,
             )?;
         }
@@ -279,8 +118,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             count,
             max_lag,
             follow,
+            value_only,
         } => {
-            let options = commands::TailOptions {
+            let options = tail::TailOptions {
                 partition,
                 key,
                 from,
@@ -288,17 +128,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 count,
                 max_lag,
                 follow,
+                value_only,
             };
-            commands::tail(&url, &topic, &options, &mut out)?;
+            tail::tail(&url, &topic, &options, &mut out)?;
         }
         Command::Find { topic, key, uid } => {
-            if !commands::find(
-                commands::connect(&url)?.as_ref(),
-                &topic,
-                &key,
-                &uid,
-                &mut out,
-            )? {
+            let bus = commands::connect(&url)?;
+            if !commands::find(bus.as_ref(), &topic, &key, &uid, &mut out)? {
                 return Err(Failure::NotFound(format!(
                     "no record with uid {uid:?} in topic {topic:?} for key {key:?}"
                 )));
@@ -321,6 +157,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 samples,
             };
             cli::run_bench(
+                named_url.as_deref(),
                 settings,
                 std::time::Duration::from_secs(idle_secs),
                 &only,
@@ -333,6 +170,32 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let expired = commands::connect(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;
             writeln!(out, "expired {expired} records")?;
         }
+        Command::Profile(command) => match command {
+            ProfileCommand::Add {
+                name,
+                profile_url,
+                password_env,
+                password_file,
+                token_env,
+                token_file,
+            } => profile::add(
+                &name,
+                profile::Profile {
+                    url: profile_url,
+                    password_env,
+                    password_file,
+                    token_env,
+                    token_file,
+                },
+                &mut out,
+            )?,
+            ProfileCommand::Ls => profile::list(&mut out)?,
+            ProfileCommand::Show { name } => profile::show(&name, &mut out)?,
+        },
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "bus", &mut out);
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command()).render(&mut out)?,
     }
     out.flush()?;
     Ok(())

@@ -421,6 +421,10 @@ impl EventBus for MemoryBus {
             .maintenance_retention(true)
     }
 
+    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        Ok(Some(self.store.topic(topic)?.spec.clone()))
+    }
+
     fn publish_batch(
         &self,
         topic: &str,

@@ -114,3 +114,96 @@ fn file_url_with_read_only_follows_a_writer_and_refuses_writes() {
     let bad = bus::connect(&format!("file://{}?readonly=yes", dir.path().display()));
     assert!(matches!(bad, Err(BusError::InvalidArgument { .. })));
 }
+
+/// Every URL form the README shows, with the backend it routes to. The
+/// schemes come from the backend crates themselves (`SCHEMES`), so a scheme
+/// a backend parses is never refused by the facade.
+const README_URLS: &[(&str, &str)] = &[
+    ("memory://", "memory"),
+    ("file://./bus-data", "embedded"),
+    ("./bus-data", "embedded"),
+    ("file:///var/lib/bus?read_only=true", "embedded"),
+    ("nats://127.0.0.1:4222", "nats"),
+    ("nats://h1:4222,h2:4222", "nats"),
+    (
+        "tls://alice:PASSWORD@nats.example:4222?ca=/etc/bus/ca.pem&cert=/etc/bus/client.crt&key=/etc/bus/client.key",
+        "nats",
+    ),
+    ("nats://TOKEN@nats.example:4222", "nats"),
+    ("nats://nats.example:4222?creds=/path/user.creds", "nats"),
+    ("kafka://127.0.0.1:9092", "kafka"),
+    ("kafka://h1:9092,h2:9092", "kafka"),
+    (
+        "kafkas://bob:PASSWORD@kafka.example:9093?ca=/etc/bus/ca.pem&sasl_mechanism=SCRAM-SHA-256",
+        "kafka",
+    ),
+    ("kafka+tls://kafka.example:9093", "kafka"),
+    ("postgres://bus:bus@127.0.0.1:5433/bus", "postgres"),
+    (
+        "postgres://carol:PASSWORD@db.example:5432/bus?sslmode=verify-full&sslrootcert=/etc/bus/ca.pem",
+        "postgres",
+    ),
+];
+
+#[test]
+fn every_readme_url_routes_to_its_backend() {
+    for &(url, name) in README_URLS {
+        let scheme = url.split_once("://").map_or("file", |(scheme, _)| scheme);
+        let backend = bus::backends()
+            .into_iter()
+            .find(|backend| backend.schemes.contains(&scheme))
+            .unwrap_or_else(|| panic!("no backend takes {url}"));
+        assert_eq!(backend.name, name, "{url}");
+        match bus::backend_of(url) {
+            Ok(routed) => assert_eq!(routed.name, name, "{url}"),
+            Err(BusError::FeatureDisabled { feature, .. }) => {
+                assert!(!backend.enabled, "{url}");
+                assert_eq!(feature, name, "{url} names its feature");
+            }
+            Err(error) => panic!("{url}: {error}"),
+        }
+    }
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn every_readme_nats_url_parses() {
+    for &(url, name) in README_URLS {
+        if name == "nats" {
+            bus_nats::NatsOptions::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn every_readme_postgres_url_parses() {
+    for &(url, name) in README_URLS {
+        if name == "postgres" {
+            bus_postgres::PostgresOptions::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+    }
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn every_readme_kafka_url_parses() {
+    for &(url, name) in README_URLS {
+        if name == "kafka" {
+            bus_kafka::KafkaOptions::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+    }
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn kafkas_reaches_the_kafka_backend() {
+    // Nothing listens on port 1: the error must come from Kafka, not from
+    // the facade refusing the scheme.
+    let result = bus::connect("kafkas://127.0.0.1:1?timeout_ms=500");
+    assert!(
+        !matches!(result, Err(BusError::InvalidArgument { ref field, .. }) if field == "url"),
+        "kafkas:// refused by the facade: {:?}",
+        result.err()
+    );
+}

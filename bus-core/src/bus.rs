@@ -142,6 +142,14 @@ pub trait EventBus: Send + Sync {
         Capabilities::minimal("unknown")
     }
 
+    /// The spec `topic` was provisioned with, where the backend keeps it
+    /// (`None`: the backend does not report it). An unknown topic is
+    /// [`BusError::UnknownTopic`].
+    fn topic_spec(&self, topic: &str) -> Result<Option<crate::TopicSpec>, BusError> {
+        self.partitions(topic)?;
+        Ok(None)
+    }
+
     /// The retained offset range of a partition.
     ///
     /// The default pages through the partition (cost grows with its length)
@@ -268,6 +276,9 @@ macro_rules! forward_event_bus {
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities()
+            }
+            fn topic_spec(&self, topic: &str) -> Result<Option<crate::TopicSpec>, BusError> {
+                (**self).topic_spec(topic)
             }
             fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
                 (**self).offsets(topic, partition)

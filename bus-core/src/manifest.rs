@@ -210,7 +210,18 @@ impl Manifest {
     /// Parses TOML and validates.
     pub fn from_toml_str(text: &str) -> Result<Self, BusError> {
         let manifest: Self = toml::from_str(text).map_err(|error| {
-            BusError::invalid("manifest", format!("not a valid TOML manifest: {error}"))
+            // toml's Display draws a multi-line excerpt; errors stay on one line.
+            let at = error.span().map_or_else(String::new, |span| {
+                let before = text.get(..span.start).unwrap_or(text);
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!(" at line {line}, column {column}")
+            });
+            let message = error.message().trim().replace('\n', "; ");
+            BusError::invalid(
+                "manifest",
+                format!("not a valid TOML manifest{at}: {message}"),
+            )
         })?;
         manifest.validate()?;
         Ok(manifest)
@@ -310,6 +321,15 @@ mod tests {
         assert_eq!(toml, json);
         assert_eq!(toml.topics[0].max_record_bytes, DEFAULT_MAX_RECORD_BYTES);
         assert_eq!(toml.topics[0].dedup_window_ms, DEFAULT_DEDUP_WINDOW_MS);
+    }
+
+    #[test]
+    fn toml_errors_are_one_line_with_their_position() {
+        let error = Manifest::parse("[[topics]]\nname = \"a\"\npartitions = 1\npartitons = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains('\n'), "{error}");
+        assert!(error.contains("line 4"), "{error}");
     }
 
     #[test]

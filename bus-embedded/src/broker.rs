@@ -482,6 +482,10 @@ impl EventBus for EmbeddedBus {
             .native_batch(true)
     }
 
+    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        Ok(Some(self.inner.topic(topic)?.spec.clone()))
+    }
+
     /// Validates the whole batch first (a bad record stores nothing), then
     /// writes one frame per partition the batch touches.
     fn publish_batch(

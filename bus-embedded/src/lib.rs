@@ -59,4 +59,8 @@ mod watch;
 pub mod testing;
 
 pub use broker::EmbeddedBus;
+
+/// URL schemes the `bus` facade routes to this backend (`file://DIR`; a
+/// bare path is taken as a directory too).
+pub const SCHEMES: &[&str] = &["file"];
 pub use options::{Durability, Options};

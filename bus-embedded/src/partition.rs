@@ -467,6 +467,13 @@ impl Partition {
         let error = match outcome {
             Ok(()) if to_write.is_empty() => return results,
             Ok(()) => {
+                tracing::debug!(
+                    topic = %self.topic,
+                    partition = self.id,
+                    requests = round.len(),
+                    records = to_write.len(),
+                    "group-commit round written and synced"
+                );
                 // Acked and visible to fetch from here on.
                 self.announce(writer.base, writer.pos);
                 return results;
@@ -474,6 +481,12 @@ impl Partition {
             Err(error) => error,
         };
         if let WriteError::Failed(cause) = &error {
+            tracing::error!(
+                topic = %self.topic,
+                partition = self.id,
+                %cause,
+                "write or fsync failed: partition poisoned until the bus is reopened"
+            );
             writer.poisoned = Some(cause.clone());
         }
         results
@@ -534,10 +547,11 @@ impl Partition {
         writer.active_uids.extend(new_uids.iter().cloned());
         if extended && let Err(error) = self.store_point(writer) {
             // The frame is durable; only the recovery point stays behind.
-            log::warn!(
-                "topic {} partition {}: recovery point not advanced: {error}",
-                self.topic,
-                self.id
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.id,
+                %error,
+                "recovery point not advanced (the frame is durable)"
             );
         }
         let mut read = self.read_mut();
@@ -627,10 +641,11 @@ impl Drop for Partition {
             // unverified, as after a crash: nothing is lost by failing here.
             match crate::checkpoint::write(&self.dir, &point) {
                 Ok(()) => writer.recovery_point = Some(point),
-                Err(error) => log::warn!(
-                    "topic {} partition {}: recovery point not saved at close: {error}",
-                    self.topic,
-                    self.id
+                Err(error) => tracing::warn!(
+                    topic = %self.topic,
+                    partition = self.id,
+                    %error,
+                    "recovery point not saved at close"
                 ),
             }
         }

@@ -149,16 +149,23 @@ pub(crate) fn open_partition(
             .as_ref()
             .map_or("", |(_, reason)| reason.as_str());
         if zeros {
-            log::info!(
-                "topic {topic} partition {id}: dropped {dropped} zero bytes written ahead past offset {} in {}",
-                scan.end,
-                path.display()
+            tracing::info!(
+                topic = %topic,
+                partition = id,
+                dropped,
+                offset = scan.end,
+                path = %path.display(),
+                "dropped zero bytes written ahead"
             );
         } else {
-            log::warn!(
-                "topic {topic} partition {id}: truncated a torn tail of {dropped} bytes ({why}) past offset {} in {}",
-                scan.end,
-                path.display()
+            tracing::warn!(
+                topic = %topic,
+                partition = id,
+                dropped,
+                offset = scan.end,
+                path = %path.display(),
+                why,
+                "truncated a torn tail"
             );
         }
     }

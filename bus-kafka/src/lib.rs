@@ -64,6 +64,10 @@ mod registry;
 mod subscribe;
 
 pub use client::kafka_topic_name;
+
+/// URL schemes [`KafkaBus::connect`] accepts (all but `kafka` turn TLS on);
+/// the `bus` facade routes by this list.
+pub const SCHEMES: &[&str] = &["kafka", "kafkas", "kafka+tls", "kafka+ssl"];
 pub use options::{DEFAULT_MANIFEST_TOPIC, KafkaOptions, SaslMechanism};
 
 use client::Producer;

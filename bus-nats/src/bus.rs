@@ -9,8 +9,8 @@ use async_nats::jetstream;
 use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
-    PartitionOffsets, PublishAck, StoredEvent, check_partition, partition_for, validate_key,
-    validate_topic, validate_uid,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    check_partition, partition_for, validate_key, validate_topic, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};
@@ -38,7 +38,8 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(1);
 /// ```
 pub struct NatsBus {
     shared: Arc<Shared>,
-    executor: ConnectorExecutor,
+    /// Shared with the bus's subscriptions, which outlive it if need be.
+    executor: Arc<ConnectorExecutor>,
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -87,13 +88,21 @@ impl NatsBus {
         let (js, max_payload) = connected;
         Ok(Self {
             shared: Arc::new(Shared::new(js, prefix, timeout, max_payload)),
-            executor,
+            executor: Arc::new(executor),
         })
     }
 
     /// The stream-name prefix this bus uses.
     pub fn prefix(&self) -> &str {
         &self.shared.prefix
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub(crate) fn executor(&self) -> &Arc<ConnectorExecutor> {
+        &self.executor
     }
 
     fn run<T, Fut>(
@@ -112,7 +121,7 @@ impl NatsBus {
 
     /// The topic from the cache, else from the server (another process may
     /// have provisioned it). Unknown topics create nothing (contract C2).
-    fn topic(&self, name: &str) -> Result<Arc<TopicState>, BusError> {
+    pub(crate) fn topic(&self, name: &str) -> Result<Arc<TopicState>, BusError> {
         validate_topic(name)?;
         if let Some(state) = self.shared.cached(name) {
             return Ok(state);
@@ -318,6 +327,16 @@ impl EventBus for NatsBus {
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
         self.publish_records(topic, records)
+    }
+
+    fn subscribe(
+        &self,
+        topic: &str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, BusError> {
+        self.subscribe_live(topic, &selector, start, options)
     }
 }
 

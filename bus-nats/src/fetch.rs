@@ -116,6 +116,9 @@ pub(crate) async fn offsets(
     })
 }
 
+/// A partition's sequential-replay cursor, when one is open.
+pub(crate) type CursorSlot = tokio::sync::Mutex<Option<Cursor>>;
+
 /// Up to `max` records of `partition` from `offset`, ascending, gap-free,
 /// still encoded (see [`decode_all`]).
 pub(crate) async fn fetch(
@@ -125,6 +128,20 @@ pub(crate) async fn fetch(
     offset: u64,
     max: usize,
 ) -> Result<Vec<RawMessage>, BusError> {
+    let slot = &topic.partition(partition)?.cursor;
+    fetch_with(&shared, &topic, partition, offset, max, slot).await
+}
+
+/// [`fetch`] through the cursor in `slot` (the partition's own, or one a
+/// subscription keeps for itself so subscribers never move each other's).
+pub(crate) async fn fetch_with(
+    shared: &Shared,
+    topic: &TopicState,
+    partition: u32,
+    offset: u64,
+    max: usize,
+    slot: &CursorSlot,
+) -> Result<Vec<RawMessage>, BusError> {
     let name = topic.spec.name.as_str();
     let state = topic.partition(partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
@@ -133,7 +150,7 @@ pub(crate) async fn fetch(
     let mut asked = false;
     let messages = loop {
         if start > end || asked {
-            let (first, last) = bounds(&shared, &topic, state, &what).await?;
+            let (first, last) = bounds(shared, topic, state, &what).await?;
             (start, end, asked) = (start.max(first), last, true);
             if start > end {
                 return Ok(Vec::new());
@@ -148,7 +165,7 @@ pub(crate) async fn fetch(
         let messages = if count <= DIRECT_MAX {
             direct(&stream, start, count, &what).await?
         } else {
-            consume(&shared, state, &stream, start, count, &what).await?
+            consume(shared, state, slot, &stream, start, count, &what).await?
         };
         // Nothing where records were expected: retention took the front, or
         // the stream is not the one we knew. Ask the server once.
@@ -216,12 +233,13 @@ async fn direct(
 async fn consume(
     shared: &Shared,
     state: &PartitionState,
+    cursor_slot: &CursorSlot,
     stream: &Stream<()>,
     start: u64,
     count: u64,
     what: &str,
 ) -> Result<Vec<RawMessage>, BusError> {
-    let mut slot = state.cursor.lock().await;
+    let mut slot = cursor_slot.lock().await;
     for _attempt in 0..2 {
         let reusable = slot
             .as_ref()

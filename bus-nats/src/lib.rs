@@ -27,6 +27,17 @@
 //! # Ok::<(), bus_core::BusError>(())
 //! ```
 //!
+//! A live subscription (`EventBus::subscribe`) keeps, per partition, an
+//! ordered push consumer (ephemeral, in memory, started at the stream's
+//! last sequence) on the bus's connector runtime: each delivery is buffered
+//! and rings the subscription's doorbell, no thread of its own and no
+//! polling. History, and whatever a slow subscriber's bounded buffer
+//! dropped, is read by sequence through `fetch`'s code with a cursor of the
+//! subscription's own; both paths decode and verify as `fetch` does. While
+//! the connection is down reads fail at once as `Unavailable`; afterwards
+//! the stream's end is asked again, so nothing is skipped. Dropping the
+//! subscription deletes its consumers. See `subscribe.rs`.
+//!
 //! A publish that times out during an outage may still be stored once the
 //! connection returns (the client resends what it buffered): retry with a
 //! UID to make that harmless.
@@ -43,8 +54,13 @@ mod record;
 #[doc(hidden)]
 pub mod reference;
 mod shared;
+mod subscribe;
 mod topics;
 mod uid;
 
 pub use bus::NatsBus;
+
+/// URL schemes [`NatsBus::connect`] accepts (`tls://` requires TLS); the
+/// `bus` facade routes by this list.
+pub const SCHEMES: &[&str] = &["nats", "tls"];
 pub use options::{DEFAULT_PREFIX, NatsOptions};

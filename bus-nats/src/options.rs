@@ -105,7 +105,7 @@ impl NatsOptions {
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| BusError::invalid("url", "expected nats://HOST:PORT[,HOST:PORT]"))?;
-        if scheme != "nats" && scheme != "tls" {
+        if !crate::SCHEMES.contains(&scheme) {
             return Err(BusError::invalid(
                 "url",
                 format!("scheme {scheme:?} is not nats:// or tls://"),

@@ -50,6 +50,11 @@ impl RawNats {
         })
     }
 
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     fn headers() -> async_nats::HeaderMap {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(KEY_HEADER, encode_header_text("k"));
@@ -129,6 +134,115 @@ impl RawNats {
             }
             Ok(seen)
         })
+    }
+}
+
+/// What [`spawn_push_readers`] calls with each message: the reader's index
+/// and the payload.
+pub type OnMessage = std::sync::Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
+
+/// The thread of [`spawn_push_readers`]: each reader's last receipt.
+pub type PushReaders = std::thread::JoinHandle<Result<Vec<std::time::Instant>, BusError>>;
+
+/// Raw async-nats live readers, what bus subscriptions are measured
+/// against: on a thread of their own, one connection and a current-thread
+/// runtime, `readers` ordered push consumers of `stream` from
+/// `start_sequence`, each a task calling `on_message(reader, payload)` as
+/// each message arrives until it has seen `count`.
+///
+/// Returns once every consumer exists on the server; the thread's result is
+/// the instant each reader saw its last message.
+pub fn spawn_push_readers(
+    servers: &[String],
+    stream: &str,
+    start_sequence: u64,
+    readers: usize,
+    count: usize,
+    on_message: OnMessage,
+) -> Result<PushReaders, BusError> {
+    let (servers, stream) = (servers.join(","), stream.to_owned());
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), BusError>>(1);
+    let thread = std::thread::Builder::new()
+        .name("raw-nats-push".to_owned())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async move {
+                let started = async {
+                    let client = async_nats::connect(servers)
+                        .await
+                        .map_err(|e| failed("connect", e))?;
+                    let js = jetstream::new(client.clone());
+                    let handle = js
+                        .get_stream(&stream)
+                        .await
+                        .map_err(|e| failed("get stream", e))?;
+                    let mut all = Vec::with_capacity(readers);
+                    for _ in 0..readers {
+                        let consumer = handle
+                            .create_consumer(consumer::push::OrderedConfig {
+                                deliver_subject: client.new_inbox(),
+                                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                                    start_sequence,
+                                },
+                                ..Default::default()
+                            })
+                            .await
+                            .map_err(|e| failed("ordered push consumer", e))?;
+                        all.push(
+                            consumer
+                                .messages()
+                                .await
+                                .map_err(|e| failed("messages", e))?,
+                        );
+                    }
+                    Ok::<_, BusError>(all)
+                }
+                .await;
+                let all = match started {
+                    Ok(all) => {
+                        let _ = ready_tx.send(Ok(()));
+                        all
+                    }
+                    Err(error) => {
+                        let _ = ready_tx.send(Err(error));
+                        return Ok(Vec::new());
+                    }
+                };
+                let tasks = all.into_iter().enumerate().map(|(reader, mut messages)| {
+                    let on_message = std::sync::Arc::clone(&on_message);
+                    async move {
+                        let mut seen = 0;
+                        while seen < count {
+                            match messages.next().await {
+                                Some(Ok(message)) => {
+                                    on_message(reader, &message.payload);
+                                    seen += 1;
+                                }
+                                Some(Err(error)) => return Err(failed("message", error)),
+                                None => break,
+                            }
+                        }
+                        Ok(std::time::Instant::now())
+                    }
+                });
+                futures::future::join_all(tasks).await.into_iter().collect()
+            })
+        })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(error)) => {
+            let _ = thread.join();
+            Err(error)
+        }
+        Err(_) => Err(match thread.join() {
+            Ok(Err(error)) => error,
+            _ => failed(
+                "push readers",
+                "the thread ended before its consumers existed",
+            ),
+        }),
     }
 }
 

@@ -268,7 +268,7 @@ impl EventBus for PostgresBus {
                 topics::names(&shared).await
             })
             .unwrap_or_else(|error| {
-                log::warn!(
+                tracing::warn!(
                     "bus-postgres: listing topics failed, answering from the cache: {error}"
                 );
                 self.core.shared.cached_names()

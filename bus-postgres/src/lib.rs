@@ -40,5 +40,9 @@ mod tls;
 mod topics;
 
 pub use bus::PostgresBus;
+
+/// URL schemes [`PostgresBus::connect`] accepts; the `bus` facade routes by
+/// this list.
+pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresOptions};
 pub use tls::TlsFiles;

@@ -152,7 +152,7 @@ where
                 }
                 Ok(_) => {}
                 Err(error) => {
-                    log::warn!("bus-postgres: listening connection lost: {error}");
+                    tracing::warn!("bus-postgres: listening connection lost: {error}");
                     break;
                 }
             }
@@ -186,12 +186,12 @@ async fn reconnect_loop(shared: Arc<Shared>) {
             match connect(&shared).await {
                 Ok(fresh) => {
                     *client = Some(fresh);
-                    log::info!("bus-postgres: listening connection restored");
+                    tracing::info!("bus-postgres: listening connection restored");
                     drop(client);
                     shared.listener.bells.ring_all();
                     return;
                 }
-                Err(error) => log::debug!("bus-postgres: listen reconnect failed: {error}"),
+                Err(error) => tracing::debug!("bus-postgres: listen reconnect failed: {error}"),
             }
         }
         pause = (pause * 2).min(RECONNECT_MAX);

@@ -69,6 +69,13 @@ impl PostgresOptions {
     /// certificate. Other query options (`connect_timeout`, ...) go to the client; errors never
     /// repeat the URL (it may hold a password).
     pub fn from_url(url: &str) -> Result<Self, BusError> {
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+        if !crate::SCHEMES.contains(&scheme) {
+            return Err(BusError::invalid(
+                "url",
+                "expected postgres://USER:PASSWORD@HOST:PORT/DB (or postgresql://)",
+            ));
+        }
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut schema = DEFAULT_SCHEMA.to_owned();
         let mut timeout = DEFAULT_TIMEOUT;

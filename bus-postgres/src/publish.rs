@@ -146,7 +146,7 @@ async fn flush(shared: Arc<Shared>, topic: Arc<Topic>, partition: u32, queue: Ar
                 shared.listener.ring_local(&topic.spec.name);
             }
             Err(error) => {
-                log::warn!(
+                tracing::warn!(
                     "bus-postgres: publish round to {:?} partition {partition} failed: {error}",
                     topic.spec.name
                 );
@@ -341,7 +341,7 @@ async fn commit_locked(
             } else if claimed {
                 // A forged record that holds the claim answers for nothing:
                 // the genuine record is stored after it and takes the claim.
-                log::warn!(
+                tracing::warn!(
                     "bus-postgres: topic {name:?} partition {partition} offset {offset} claims a UID without a valid tag; storing the genuine record after it"
                 );
                 forged.push(offset);

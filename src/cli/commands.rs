@@ -1,14 +1,12 @@
 //! The data subcommands: JSON lines out, one clear error line on failure.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::Duration;
 
-use bus::{BatchRecord, BusError, EventBus, Manifest, partition_for};
+use bus::{BusError, EventBus, Manifest, partition_for};
 
 use super::progress;
 
-/// Records per publish batch read from stdin.
-const STDIN_BATCH: usize = 1_000;
 /// Records per fetch while replaying.
 const PAGE: usize = 1_000;
 
@@ -75,53 +73,6 @@ pub fn parse_json(text: &str, line: Option<usize>) -> Result<serde_json::Value, 
     })
 }
 
-/// `publish` of one value.
-pub fn publish_one(
-    bus: &dyn EventBus,
-    topic: &str,
-    key: &str,
-    uid: Option<&str>,
-    text: &str,
-    out: &mut impl Write,
-) -> Result<(), BusError> {
-    let value = parse_json(text, None)?;
-    let ack = match uid {
-        Some(uid) => bus.publish_idempotent(topic, key, &value, uid)?,
-        None => bus.publish(topic, key, &value)?,
-    };
-    writeln!(out, "{}", serde_json::to_string(&ack)?)?;
-    Ok(())
-}
-
-/// `publish` from stdin: every line is read and parsed first, so a
-/// malformed line (named by number) stores nothing.
-pub fn publish_lines(
-    bus: &dyn EventBus,
-    topic: &str,
-    key: &str,
-    input: impl BufRead,
-    out: &mut impl Write,
-) -> Result<(), BusError> {
-    bus.partitions(topic)?;
-    let mut records = Vec::new();
-    for (index, line) in input.lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        records.push(BatchRecord::new(key, parse_json(&line, Some(index + 1))?));
-    }
-    let bar = progress::bar("publish", Some(records.len() as u64));
-    for chunk in records.chunks(STDIN_BATCH) {
-        for ack in bus.publish_batch(topic, chunk)? {
-            writeln!(out, "{}", serde_json::to_string(&ack)?)?;
-        }
-        bar.inc(chunk.len() as u64);
-    }
-    bar.finish_and_clear();
-    Ok(())
-}
-
 /// Which partition a `--partition`/`--key` pair names.
 pub fn resolve_partition(
     bus: &dyn EventBus,
@@ -143,6 +94,7 @@ pub fn fetch(
     partition: u32,
     from: u64,
     max: Option<usize>,
+    value_only: bool,
     out: &mut impl Write,
 ) -> Result<(), BusError> {
     let mut offset = from;
@@ -155,17 +107,26 @@ pub fn fetch(
         left -= page.len();
         bar.inc(page.len() as u64);
         for event in &page {
-            writeln!(out, "{}", serde_json::to_string(event)?)?;
+            if value_only {
+                writeln!(out, "{}", event.value)?;
+            } else {
+                writeln!(out, "{}", record_line(topic, event))?;
+            }
         }
     }
     bar.finish_and_clear();
     Ok(())
 }
 
-/// Opens `url`, waiting up to 10 s while another writer holds an embedded
-/// directory's lock (`tail` takes none: it opens read-only).
+/// Opens `url`, waiting while another writer holds an embedded directory's
+/// lock: 10 s, or `BUS_LOCK_WAIT_MS` (readers take no lock: they open
+/// read-only).
 pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let wait = std::env::var("BUS_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(Duration::from_secs(10), Duration::from_millis);
+    let deadline = std::time::Instant::now() + wait;
     let mut pause = Duration::from_millis(2);
     loop {
         match bus::connect(url) {
@@ -176,194 +137,6 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
             other => return other,
         }
     }
-}
-
-/// Where `tail` starts: `beginning`, `end` (alias `now`), an offset, or
-/// `-N` (the last N records of each partition read).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TailFrom {
-    /// The oldest retained record.
-    Beginning,
-    /// Records acked from now on.
-    End,
-    /// This offset (one partition or key).
-    Offset(u64),
-    /// The last N records of each partition.
-    Last(u64),
-}
-
-impl std::str::FromStr for TailFrom {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "beginning" | "start" => Ok(Self::Beginning),
-            "end" | "now" => Ok(Self::End),
-            _ => if let Some(last) = text.strip_prefix('-') {
-                last.parse().map(Self::Last)
-            } else {
-                text.parse().map(Self::Offset)
-            }
-            .map_err(|_| {
-                format!("{text:?} is not beginning, end, an offset or -N (the last N records)")
-            }),
-        }
-    }
-}
-
-/// What `tail` reads and how.
-#[derive(Debug, Clone)]
-pub struct TailOptions {
-    /// Only this partition.
-    pub partition: Option<u32>,
-    /// Only this key's records (read from its partition).
-    pub key: Option<String>,
-    /// Where to start.
-    pub from: TailFrom,
-    /// Start at the first record stored at or after this epoch-ms time.
-    pub from_time: Option<u64>,
-    /// Stop after this many records.
-    pub count: Option<u64>,
-    /// Skip ahead (with a lag line) when more than this many records behind.
-    pub max_lag: Option<u64>,
-    /// Keep following the live tail.
-    pub follow: bool,
-}
-
-/// `tail`: the records of a topic (one partition or key when named) from a
-/// position, through a live subscription: to the end of what is stored when
-/// it starts, or on with `follow`. One JSON line per record and one per lag
-/// notice; an integrity failure is reported on stderr and skipped.
-pub fn tail(
-    url: &str,
-    topic: &str,
-    options: &TailOptions,
-    out: &mut impl Write,
-) -> Result<(), BusError> {
-    use bus::{Selector, StartAt, SubscribeOptions};
-
-    let bus = connect_reader(url)?;
-    let selector = match (&options.key, options.partition) {
-        (Some(key), _) => Selector::Key(key.clone()),
-        (None, Some(partition)) => Selector::Partition(partition),
-        (None, None) => Selector::Topic,
-    };
-    let start = match (options.from_time, options.from) {
-        (Some(time), _) => StartAt::Time(time),
-        (None, TailFrom::Beginning) => StartAt::Beginning,
-        (None, TailFrom::End) => StartAt::Now,
-        (None, TailFrom::Offset(offset)) => StartAt::Offset(offset),
-        (None, TailFrom::Last(last)) => {
-            return tail_last(bus.as_ref(), topic, &selector, last, options, out);
-        }
-    };
-    let mut subscription_options = SubscribeOptions::default();
-    if let Some(max_lag) = options.max_lag {
-        subscription_options = subscription_options.max_lag(max_lag);
-    }
-    let subscription = bus.subscribe(topic, selector, start, subscription_options)?;
-    drain(bus.as_ref(), topic, subscription, options, out)
-}
-
-fn tail_last(
-    bus: &dyn EventBus,
-    topic: &str,
-    selector: &bus::Selector,
-    last: u64,
-    options: &TailOptions,
-    out: &mut impl Write,
-) -> Result<(), BusError> {
-    use bus::{Selector, StartAt, SubscribeOptions};
-
-    let partition = match selector {
-        Selector::Partition(partition) => *partition,
-        Selector::Key(key) => partition_for(key, bus.partitions(topic)?),
-        Selector::Topic => {
-            return Err(BusError::invalid(
-                "--from",
-                "-N needs --partition or --key (the last N of one partition)",
-            ));
-        }
-    };
-    let offsets = bus.offsets(topic, partition)?;
-    let start = offsets.next.saturating_sub(last).max(offsets.first);
-    let mut subscription_options = SubscribeOptions::default();
-    if let Some(max_lag) = options.max_lag {
-        subscription_options = subscription_options.max_lag(max_lag);
-    }
-    let subscription = bus.subscribe(
-        topic,
-        selector.clone(),
-        StartAt::Offset(start),
-        subscription_options,
-    )?;
-    drain(bus, topic, subscription, options, out)
-}
-
-/// Prints a subscription's items until the end of what was stored when it
-/// began (or forever with `follow`), at most `count` records.
-fn drain(
-    bus: &dyn EventBus,
-    topic: &str,
-    mut subscription: bus::Subscription,
-    options: &TailOptions,
-    out: &mut impl Write,
-) -> Result<(), BusError> {
-    use bus::SubscriptionItem;
-
-    let ends: Vec<(u32, u64)> = subscription
-        .positions()
-        .iter()
-        .map(|&(partition, _)| Ok((partition, bus.offsets(topic, partition)?.next)))
-        .collect::<Result<_, BusError>>()?;
-    let at_end = |subscription: &bus::Subscription| {
-        subscription
-            .positions()
-            .iter()
-            .zip(&ends)
-            .all(|(&(_, position), &(_, end))| position >= end)
-    };
-    let mut printed = 0u64;
-    loop {
-        if options.count.is_some_and(|count| printed >= count) {
-            break;
-        }
-        if !options.follow && at_end(&subscription) {
-            break;
-        }
-        match subscription.recv_timeout(Duration::from_millis(500)) {
-            Ok(Some(SubscriptionItem::Record { topic, event })) => {
-                printed += 1;
-                writeln!(out, "{}", record_line(&topic, &event))?;
-                out.flush()?;
-            }
-            Ok(Some(SubscriptionItem::Lagged {
-                partition,
-                skipped,
-                next_offset,
-            })) => {
-                let line = serde_json::json!({"lagged": {
-                    "topic": topic, "partition": partition,
-                    "skipped": skipped, "next_offset": next_offset,
-                }});
-                writeln!(out, "{line}")?;
-                out.flush()?;
-            }
-            Ok(None) => {
-                if subscription.is_closed() {
-                    break;
-                }
-            }
-            Err(error @ BusError::Integrity { .. }) => {
-                eprintln!("bus: {error}");
-            }
-            Err(error) if error.is_transient() && options.follow => {
-                eprintln!("bus: {error} (retrying)");
-            }
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
 }
 
 /// One record as a JSON line: topic, partition, offset, key, UID (when the
@@ -410,4 +183,58 @@ pub fn find(
         }
         None => Ok(false),
     }
+}
+
+/// `describe TOPIC`: its spec (where the backend reports it), the
+/// backend's capabilities, and offsets and record counts per partition, as
+/// one JSON object.
+pub fn describe(bus: &dyn EventBus, topic: &str, out: &mut impl Write) -> Result<(), BusError> {
+    let partitions = bus.partitions(topic)?;
+    let capabilities = bus.capabilities();
+    let mut rows = Vec::new();
+    let mut records = 0u64;
+    for partition in 0..partitions {
+        let offsets = bus.offsets(topic, partition)?;
+        records += offsets.retained();
+        rows.push(serde_json::json!({
+            "partition": partition, "first": offsets.first, "next": offsets.next,
+            "records": offsets.retained(),
+        }));
+    }
+    let dedup = match capabilities.dedup_horizon {
+        bus::DedupHorizon::Retained => "as long as the record is retained",
+        _ => "at least the topic's dedup_window_ms",
+    };
+    let ack = if capabilities.durable {
+        "an acked record survives a restart of the bus (see the README: what an ack guarantees)"
+    } else {
+        "not durable: records live as long as the process"
+    };
+    let retention = match (
+        capabilities.native_retention,
+        capabilities.maintenance_retention,
+    ) {
+        (true, _) => "enforced by the broker",
+        (false, true) => "enforced by `bus maintenance`",
+        (false, false) => "none",
+    };
+    let spec = bus.topic_spec(topic)?;
+    let line = serde_json::json!({
+        "topic": topic,
+        "partitions": partitions,
+        "spec": spec,
+        "records": records,
+        "capabilities": {
+            "backend": capabilities.backend,
+            "durable": capabilities.durable,
+            "ack": ack,
+            "dedup_horizon": dedup,
+            "retention": retention,
+            "exclusive_open": capabilities.exclusive_open,
+            "native_batch": capabilities.native_batch,
+        },
+        "partition_offsets": rows,
+    });
+    writeln!(out, "{}", serde_json::to_string_pretty(&line)?)?;
+    Ok(())
 }

@@ -1,17 +1,34 @@
 //! The `bus` command's pieces.
 
+pub mod args;
 pub mod bench;
 pub mod bench_subscribe;
 pub mod commands;
+pub mod exit;
+pub mod profile;
 pub mod progress;
+pub mod publish;
+pub mod redact;
 pub mod references;
+pub mod tail;
 
 use std::io::Write;
 
 use bus::BusError;
 
-/// Backends `bus bench` knows, with the URL it reaches each by.
-fn bench_targets() -> Vec<(&'static str, String)> {
+/// Backends `bus bench` measures, with the URL it reaches each by: the one
+/// `url` names, or every compiled-in backend.
+fn bench_targets(url: Option<&str>) -> Result<Vec<(&'static str, String)>, BusError> {
+    if let Some(url) = url {
+        let backend = bus::backend_of(url)?;
+        // The embedded bench writes into a fresh temporary directory, never into the user's data.
+        let url = if backend.name == "embedded" {
+            String::new()
+        } else {
+            url.to_owned()
+        };
+        return Ok(vec![(backend.name, url)]);
+    }
     let mut targets = vec![("memory", "memory://".to_owned())];
     if cfg!(feature = "embedded") {
         targets.push(("embedded", String::new()));
@@ -31,11 +48,12 @@ fn bench_targets() -> Vec<(&'static str, String)> {
             .unwrap_or_else(|_| "postgres://bus:bus@127.0.0.1:5433/bus".to_owned());
         targets.push(("postgres", url));
     }
-    targets
+    Ok(targets)
 }
 
-/// `bus bench`: every reachable backend, one table.
+/// `bus bench`: the backend `url` names, or every reachable one; one table.
 pub fn run_bench(
+    url: Option<&str>,
     settings: bench::Settings,
     idle: std::time::Duration,
     only: &[String],
@@ -45,7 +63,8 @@ pub fn run_bench(
 ) -> Result<(), BusError> {
     let tag = format!("{:x}", bus::now_ms());
     let mut rows = Vec::new();
-    for (backend, url) in bench_targets() {
+    let named = url.is_some();
+    for (backend, url) in bench_targets(url)? {
         if !only.is_empty() && !only.iter().any(|name| name == backend) {
             continue;
         }
@@ -57,8 +76,9 @@ pub fn run_bench(
         };
         let bus = match bus::connect(&url) {
             Ok(bus) => bus,
+            Err(error) if named => return Err(error),
             Err(error) => {
-                eprintln!("bench: skipping {backend} ({url}): {error}");
+                exit::warn(&format!("bench: skipping {backend} ({url}): {error}"));
                 continue;
             }
         };

@@ -155,6 +155,96 @@ fn nats_reference(
         "raw async-nats",
         replay_rate,
     );
+    nats_subscription_reference(&servers, tag, settings, rows)
+}
+
+/// Raw async-nats ordered push consumers doing the subscription phases'
+/// work: delivery latency (serial publisher, each publish waiting for the
+/// receipt) and fan-out to [`super::bench_subscribe::FAN_OUT`] consumers.
+#[cfg(feature = "nats")]
+fn nats_subscription_reference(
+    servers: &[String],
+    tag: &str,
+    settings: super::bench::Settings,
+    rows: &mut [super::bench::Row],
+) -> Result<(), BusError> {
+    use std::sync::{Arc, Mutex, mpsc};
+
+    use super::bench::event;
+    use super::bench_subscribe::FAN_OUT;
+    use bus_nats::reference::{RawNats, spawn_push_readers};
+
+    let samples = settings.samples.max(10);
+    let raw = RawNats::new(servers, &format!("bench-{tag}-raw-delivery"))?;
+    let (receipts, received) = mpsc::channel::<Instant>();
+    let receipts = Mutex::new(receipts);
+    let reader = spawn_push_readers(
+        servers,
+        raw.name(),
+        1,
+        1,
+        samples,
+        Arc::new(move |_, _: &[u8]| {
+            let _ = receipts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .send(Instant::now());
+        }),
+    )?;
+    let mut deliveries = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let start = Instant::now();
+        raw.serial(&[event(i, settings.event_bytes)])?;
+        let at = received
+            .recv()
+            .map_err(|_| BusError::Backend("bench: raw push reader stopped".to_owned()))?;
+        deliveries.push(at.duration_since(start));
+    }
+    reader
+        .join()
+        .map_err(|_| BusError::Backend("bench: raw push reader panicked".to_owned()))??;
+    drop(raw);
+    let delivery = super::bench::Row::new("nats", "raw").latencies(&mut deliveries);
+
+    let records = settings.records.max(1_000) / 1_000 * 1_000;
+    let raw = RawNats::new(servers, &format!("bench-{tag}-raw-fanout"))?;
+    let readers = spawn_push_readers(
+        servers,
+        raw.name(),
+        1,
+        FAN_OUT,
+        records,
+        Arc::new(|_, payload: &[u8]| {
+            let value: serde_json::Value =
+                serde_json::from_slice(payload).unwrap_or(serde_json::Value::Null);
+            std::hint::black_box(value);
+        }),
+    )?;
+    let events: Vec<serde_json::Value> =
+        (0..1_000).map(|i| event(i, settings.event_bytes)).collect();
+    let start = Instant::now();
+    for _ in 0..records / 1_000 {
+        raw.batch(&events)?;
+    }
+    let done = readers
+        .join()
+        .map_err(|_| BusError::Backend("bench: raw push readers panicked".to_owned()))??;
+    let last = done.into_iter().max().unwrap_or(start);
+    let fanout_rate = (records * FAN_OUT) as f64 / last.duration_since(start).as_secs_f64();
+
+    for row in rows.iter_mut() {
+        if row.phase == "delivery latency (publish→subscriber)" {
+            *row = row
+                .clone()
+                .against_latency("raw async-nats push p50", delivery.p50_us.unwrap_or(0.0));
+        }
+    }
+    against(
+        rows,
+        &format!("fan-out ({FAN_OUT} subscribers)"),
+        "raw async-nats push",
+        fanout_rate,
+    );
     Ok(())
 }
 

@@ -1,0 +1,12 @@
+//! The `bus` binary, driven as a user would, through pipes.
+#![cfg(feature = "embedded")]
+#![allow(clippy::unwrap_used)]
+
+mod basics;
+mod docs;
+mod exit_codes;
+mod positions;
+mod profiles;
+mod publish;
+mod secrets;
+mod support;
