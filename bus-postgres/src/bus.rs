@@ -308,6 +308,11 @@ impl EventBus for PostgresBus {
             .native_batch(true)
     }
 
+    /// The spec from the topics table (cached after the first lookup).
+    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        Ok(Some(self.core.topic(topic)?.spec.clone()))
+    }
+
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         self.core.offsets(topic, partition)
     }

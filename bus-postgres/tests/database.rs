@@ -66,6 +66,12 @@ fn concurrent_retries_from_several_buses_store_one_record_per_uid() {
     buses[0]
         .provision(&Manifest::new([TopicSpec::new("t", 2)]))
         .expect("provision");
+    let spec = buses[3].topic_spec("t").expect("topic_spec");
+    assert_eq!(
+        spec.map(|spec| spec.partitions),
+        Some(2),
+        "another bus reads the spec"
+    );
     let uids = 50;
     let acks: Vec<Vec<_>> = std::thread::scope(|scope| {
         let threads: Vec<_> = buses
