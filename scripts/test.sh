@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs build dependencies,
-# installs and starts one NATS and one Kafka broker natively, runs every
+# installs and starts one NATS, one Kafka and one PostgreSQL broker natively, runs every
 # test of the workspace with every backend compiled in and
 # BUS_REQUIRE_BROKERS=1 (a missing broker fails instead of skipping), then
 # stops the brokers it started.
@@ -15,7 +15,7 @@ exports="$(scripts/brokers.sh up)"
 started=1
 eval "$exports"
 export BUS_REQUIRE_BROKERS=1
-echo "test.sh: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS" >&2
+echo "test.sh: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS BUS_POSTGRES_URL=$BUS_POSTGRES_URL" >&2
 
 # --all-features also compiles bus-conformance's testcontainers path; the
 # broker URLs exported above take precedence over it.

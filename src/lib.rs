@@ -18,6 +18,7 @@
 //! | `embedded` (default) | segmented file log | `file://DIR` or a bare path; `file://DIR?read_only=true` follows a directory another process writes |
 //! | `nats` | NATS JetStream | `nats://HOST:PORT[,HOST:PORT]`; `tls://` requires TLS |
 //! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]`; `kafkas://` (or `kafka+tls://`) for TLS |
+//! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`); `sslmode=verify-full&sslrootcert=CA.pem` for TLS |
 //! | (always) | in-memory | `memory://` |
 
 pub use bus_core::*;
@@ -46,14 +47,15 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
         "memory" => Ok(Box::new(memory::MemoryBus::new())),
         "embedded" => open_file(rest),
         "nats" => open_nats(url),
-        _ => open_kafka(url),
+        "kafka" => open_kafka(url),
+        _ => open_postgres(url),
     }
 }
 
 /// A backend the facade routes to, with the URL schemes it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backend {
-    /// `memory`, `embedded`, `nats` or `kafka`.
+    /// `memory`, `embedded`, `nats`, `kafka` or `postgres`.
     pub name: &'static str,
     /// The cargo feature of `bus` that compiles it in.
     pub feature: &'static str,
@@ -67,7 +69,7 @@ pub struct Backend {
 ///
 /// Each compiled-in backend's schemes come from its own crate's `SCHEMES`,
 /// the list its URL parser checks, so routing cannot drift from parsing.
-pub fn backends() -> [Backend; 4] {
+pub fn backends() -> [Backend; 5] {
     [
         Backend {
             name: "memory",
@@ -92,6 +94,12 @@ pub fn backends() -> [Backend; 4] {
             feature: "kafka",
             schemes: schemes::KAFKA,
             enabled: cfg!(feature = "kafka"),
+        },
+        Backend {
+            name: "postgres",
+            feature: "postgres",
+            schemes: schemes::POSTGRES,
+            enabled: cfg!(feature = "postgres"),
         },
     ]
 }
@@ -140,6 +148,10 @@ mod schemes {
     pub const KAFKA: &[&str] = bus_kafka::SCHEMES;
     #[cfg(not(feature = "kafka"))]
     pub const KAFKA: &[&str] = KAFKA_WHEN_DISABLED;
+    #[cfg(feature = "postgres")]
+    pub const POSTGRES: &[&str] = bus_postgres::SCHEMES;
+    #[cfg(not(feature = "postgres"))]
+    pub const POSTGRES: &[&str] = POSTGRES_WHEN_DISABLED;
 
     #[allow(dead_code)]
     pub const EMBEDDED_WHEN_DISABLED: &[&str] = &["file"];
@@ -147,6 +159,8 @@ mod schemes {
     pub const NATS_WHEN_DISABLED: &[&str] = &["nats", "tls"];
     #[allow(dead_code)]
     pub const KAFKA_WHEN_DISABLED: &[&str] = &["kafka", "kafkas", "kafka+tls", "kafka+ssl"];
+    #[allow(dead_code)]
+    pub const POSTGRES_WHEN_DISABLED: &[&str] = &["postgres", "postgresql"];
 
     #[cfg(test)]
     mod tests {
@@ -164,6 +178,11 @@ mod schemes {
         #[test]
         fn kafka_fallback_matches_the_crate() {
             assert_eq!(super::KAFKA_WHEN_DISABLED, bus_kafka::SCHEMES);
+        }
+        #[cfg(feature = "postgres")]
+        #[test]
+        fn postgres_fallback_matches_the_crate() {
+            assert_eq!(super::POSTGRES_WHEN_DISABLED, bus_postgres::SCHEMES);
         }
     }
 }
@@ -227,6 +246,16 @@ fn open_kafka(url: &str) -> Result<Box<dyn EventBus>, BusError> {
 #[cfg(not(feature = "kafka"))]
 fn open_kafka(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
     Err(disabled("kafka", "kafka"))
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    Ok(Box::new(bus_postgres::PostgresBus::connect(url)?))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    Err(disabled("postgres", "postgres"))
 }
 
 fn disabled(scheme: &str, feature: &str) -> BusError {

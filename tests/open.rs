@@ -49,6 +49,34 @@ fn kafka_url_without_the_feature_names_it() {
     );
 }
 
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn postgres_url_without_the_feature_names_it() {
+    let result = bus::open("postgres://bus:pw@127.0.0.1:5433/bus", &Manifest::default());
+    assert!(
+        matches!(result, Err(BusError::FeatureDisabled { ref feature, .. }) if feature == "postgres"),
+        "{:?}",
+        result.err()
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_url_opens_a_postgres_bus() {
+    let Ok(url) = bus_conformance::brokers::postgres_url() else {
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_REQUIRE_BROKERS=1 but BUS_POSTGRES_URL is not set"
+        );
+        bus_conformance::loud(
+            "SKIPPED postgres_url_opens_a_postgres_bus: BUS_POSTGRES_URL is not set",
+        );
+        return;
+    };
+    let bus = bus::connect(&url).unwrap_or_else(|e| panic!("connect: {e}"));
+    assert_eq!(bus.capabilities().backend, "postgres");
+}
+
 #[cfg(not(feature = "embedded"))]
 #[test]
 fn file_url_without_the_feature_names_it() {
@@ -110,6 +138,11 @@ const README_URLS: &[(&str, &str)] = &[
         "kafka",
     ),
     ("kafka+tls://kafka.example:9093", "kafka"),
+    ("postgres://bus:bus@127.0.0.1:5433/bus", "postgres"),
+    (
+        "postgres://carol:PASSWORD@db.example:5432/bus?sslmode=verify-full&sslrootcert=/etc/bus/ca.pem",
+        "postgres",
+    ),
 ];
 
 #[test]
@@ -138,6 +171,16 @@ fn every_readme_nats_url_parses() {
     for &(url, name) in README_URLS {
         if name == "nats" {
             bus_nats::NatsOptions::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn every_readme_postgres_url_parses() {
+    for &(url, name) in README_URLS {
+        if name == "postgres" {
+            bus_postgres::PostgresOptions::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Where broker-backed tests find their brokers: `BUS_NATS_URL` and
-//! `BUS_KAFKA_BROKERS`, else (with the `testcontainers` feature and a
+//! `BUS_KAFKA_BROKERS` (and `BUS_POSTGRES_URL`), else (with the `testcontainers` feature and a
 //! Docker engine) a container started once per test process.
 
 fn env(name: &str) -> Option<String> {
@@ -29,6 +29,14 @@ pub fn kafka_brokers() -> Result<String, String> {
             "BUS_KAFKA_BROKERS is not set (scripts/kafka.sh start; export BUS_KAFKA_BROKERS=127.0.0.1:9092)",
         ),
     }
+}
+
+/// The PostgreSQL URL to test against, or why there is none (no container
+/// fallback: scripts/postgres.sh starts one natively).
+pub fn postgres_url() -> Result<String, String> {
+    env("BUS_POSTGRES_URL").ok_or_else(|| {
+        "BUS_POSTGRES_URL is not set (scripts/postgres.sh start; export BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:5433/bus)".to_owned()
+    })
 }
 
 #[cfg(feature = "testcontainers")]

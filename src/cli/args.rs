@@ -14,7 +14,8 @@ pub const DEFAULT_URL: &str = "file://./bus-data";
 #[command(name = "bus", version, about, after_help = super::exit::EXIT_CODES)]
 pub struct Cli {
     /// Bus URL: file://DIR (or a bare path), memory://, nats://HOST:PORT, tls://HOST:PORT,
-    /// kafka://HOST:PORT, kafkas://HOST:PORT [default: file://./bus-data].
+    /// kafka://HOST:PORT, kafkas://HOST:PORT, postgres://USER:PASSWORD@HOST:PORT/DB
+    /// [default: file://./bus-data].
     #[arg(long, env = "BUS_URL", hide_env_values = true, global = true)]
     pub url: Option<String>,
     /// Named profile (see `bus profile`); --url given on the command line wins over it.

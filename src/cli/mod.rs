@@ -43,6 +43,11 @@ fn bench_targets(url: Option<&str>) -> Result<Vec<(&'static str, String)>, BusEr
             std::env::var("BUS_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
         targets.push(("kafka", format!("kafka://{brokers}")));
     }
+    if cfg!(feature = "postgres") {
+        let url = std::env::var("BUS_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://bus:bus@127.0.0.1:5433/bus".to_owned());
+        targets.push(("postgres", url));
+    }
     Ok(targets)
 }
 

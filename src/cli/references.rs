@@ -73,6 +73,50 @@ fn kafka_reference(
     Ok(())
 }
 
+/// A raw tokio-postgres client running the bus's own SQL for the same
+/// serial, batch and replay work, on a topic the bus provisioned.
+#[cfg(feature = "postgres")]
+fn postgres_reference(
+    bus: &dyn bus::EventBus,
+    url: &str,
+    tag: &str,
+    settings: super::bench::Settings,
+    rows: &mut [super::bench::Row],
+) -> Result<(), BusError> {
+    use super::bench::event;
+    let events: Vec<serde_json::Value> = (0..settings.records)
+        .map(|i| event(i, settings.event_bytes))
+        .collect();
+    let topic = format!("bench-{tag}-raw");
+    bus.provision(&bus::Manifest::new([bus::TopicSpec::new(topic.clone(), 1)]))?;
+    let mut raw = bus_postgres::reference::RawPostgres::new(url, &topic)?;
+    let start = Instant::now();
+    raw.serial(&events)?;
+    let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let start = Instant::now();
+    for chunk in events.chunks(1_000) {
+        raw.batch(chunk)?;
+    }
+    let batch_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    let start = Instant::now();
+    let seen = raw.replay(1_000)?;
+    let replay_rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
+    against(rows, "serial publish", "raw tokio-postgres", serial_rate);
+    against(
+        rows,
+        "batch publish (1000/call)",
+        "raw tokio-postgres",
+        batch_rate,
+    );
+    against(
+        rows,
+        "sequential replay (1000/fetch)",
+        "raw tokio-postgres",
+        replay_rate,
+    );
+    Ok(())
+}
+
 /// Raw async-nats doing the same serial, batch and replay work.
 #[cfg(feature = "nats")]
 fn nats_reference(
@@ -222,6 +266,10 @@ pub fn attach(
     #[cfg(feature = "kafka")]
     if backend == "kafka" {
         kafka_reference(bus, url, tag, settings, rows)?;
+    }
+    #[cfg(feature = "postgres")]
+    if backend == "postgres" {
+        postgres_reference(bus, url, tag, settings, rows)?;
     }
     if backend == "embedded" {
         let rate = fsync_rate(

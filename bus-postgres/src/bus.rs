@@ -1,0 +1,350 @@
+//! The synchronous [`EventBus`] over the connector runtime.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use bus_core::auth::RecordAuth;
+use bus_core::subscription::Plan;
+use bus_core::{
+    BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    check_partition, partition_for, validate_key, validate_topic, validate_uid,
+};
+
+use crate::errors::pool;
+use crate::options::PostgresOptions;
+use crate::publish::{Prepared, append, prepare};
+use crate::shared::{Shared, Topic};
+use crate::subscribe::PgFeed;
+use crate::{fetch, listener, topics};
+
+/// What a bus handle and its subscriptions' feeds share: the connector
+/// thread and the state its tasks use.
+pub(crate) struct Core {
+    executor: ConnectorExecutor,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        self.shared.listener.close_all();
+    }
+}
+
+impl Core {
+    /// Runs `operation` on the connector runtime, bounded by the timeout.
+    pub(crate) fn run<T, Fut>(
+        &self,
+        what: &str,
+        operation: impl FnOnce(Arc<Shared>) -> Fut + Send + 'static,
+    ) -> Result<T, BusError>
+    where
+        Fut: Future<Output = Result<T, BusError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let shared = Arc::clone(&self.shared);
+        self.executor
+            .run_bounded(what, self.shared.options.timeout, move || operation(shared))?
+    }
+
+    /// The topic from the cache, else from the database. Unknown topics
+    /// create nothing (contract C2).
+    pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
+        if let Some(topic) = self.shared.cached(name) {
+            return Ok(topic);
+        }
+        let owned = name.to_owned();
+        self.run("topic lookup", move |shared| async move {
+            topics::topic(&shared, &owned).await
+        })
+    }
+
+    pub(crate) fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let topic = self.topic(topic)?;
+        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.run("fetch", move |shared| async move {
+            fetch::fetch(&shared, &topic, partition, offset, max).await
+        })
+    }
+
+    pub(crate) fn offsets(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<PartitionOffsets, BusError> {
+        let topic = self.topic(topic)?;
+        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+        self.run("offsets", move |shared| async move {
+            fetch::offsets(&shared, &topic, partition).await
+        })
+    }
+}
+
+/// A bus whose topics live in PostgreSQL tables (see the crate docs).
+pub struct PostgresBus {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for PostgresBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBus")
+            .field("options", &self.core.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresBus {
+    /// Connects to `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=S&timeout_ms=N&pool_size=N]`.
+    pub fn connect(url: &str) -> Result<Self, BusError> {
+        Self::connect_with(PostgresOptions::from_url(url)?)
+    }
+
+    /// Connects with `options`; refuses a schema written by a newer version.
+    pub fn connect_with(options: PostgresOptions) -> Result<Self, BusError> {
+        options.check()?;
+        let executor = ConnectorExecutor::with_timeout("bus-postgres", options.timeout)?;
+        let shared = Arc::new(Shared::new(options)?);
+        let core = Arc::new(Core { executor, shared });
+        core.run("connect", |shared| async move {
+            let client = shared.pool.get().await.map_err(pool)?;
+            topics::check_version(&shared, &**client).await
+        })?;
+        Ok(Self { core })
+    }
+
+    fn publish_records(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        let topic = self.core.topic(topic)?;
+        let auth = self.core.shared.auth();
+        let prepared = records
+            .iter()
+            .map(|r| prepare(auth.as_ref(), &topic, &r.key, &r.value, r.uid.as_deref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Each partition's records in order, as one request of its queue.
+        let mut by_partition: BTreeMap<u32, (Vec<usize>, Vec<Prepared>)> = BTreeMap::new();
+        for (index, record) in prepared.into_iter().enumerate() {
+            let entry = by_partition.entry(record.partition).or_default();
+            entry.0.push(index);
+            entry.1.push(record);
+        }
+        let count = records.len();
+        let name = topic.spec.name.clone();
+        let offsets = self.core.run("publish", move |shared| async move {
+            let mut places = Vec::new();
+            let mut rounds = Vec::new();
+            for (partition, (indexes, records)) in by_partition {
+                places.push((partition, indexes));
+                rounds.push(append(
+                    Arc::clone(&shared),
+                    Arc::clone(&topic),
+                    partition,
+                    records,
+                ));
+            }
+            let results = futures::future::join_all(rounds).await;
+            let mut offsets = vec![None; count];
+            for ((partition, indexes), result) in places.into_iter().zip(results) {
+                for (index, offset) in indexes.into_iter().zip(result?) {
+                    offsets[index] = Some((partition, offset));
+                }
+            }
+            Ok(offsets)
+        })?;
+        offsets
+            .into_iter()
+            .map(|slot| {
+                let (partition, offset) =
+                    slot.ok_or_else(|| BusError::Backend("publish returned no ack".to_owned()))?;
+                Ok(PublishAck {
+                    topic: name.clone(),
+                    partition,
+                    offset,
+                })
+            })
+            .collect()
+    }
+
+    fn publish_one(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let record = BatchRecord {
+            key: key.to_owned(),
+            value: value.clone(),
+            uid: uid.map(str::to_owned),
+        };
+        self.publish_records(topic, std::slice::from_ref(&record))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| BusError::Backend("publish returned no ack".to_owned()))
+    }
+}
+
+impl EventBus for PostgresBus {
+    fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
+        self.core.shared.set_auth(RecordAuth::new(&key));
+        Ok(())
+    }
+
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
+
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
+
+    fn find_event_by_uid(
+        &self,
+        topic: &str,
+        key: &str,
+        event_uid: &str,
+    ) -> Result<Option<PublishAck>, BusError> {
+        let state = self.core.topic(topic)?;
+        validate_key(key)?;
+        validate_uid(event_uid)?;
+        let partition = partition_for(key, state.spec.partitions);
+        let uid = event_uid.to_owned();
+        let name = state.spec.name.clone();
+        let found = self.core.run("find by UID", move |shared| async move {
+            fetch::find(&shared, &state, partition, &uid).await
+        })?;
+        Ok(found.map(|offset| PublishAck {
+            topic: name,
+            partition,
+            offset,
+        }))
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        self.core.fetch(topic, partition, offset, max)
+    }
+
+    fn partitions(&self, topic: &str) -> Result<u32, BusError> {
+        Ok(self.core.topic(topic)?.spec.partitions)
+    }
+
+    fn topics(&self) -> Vec<String> {
+        self.core
+            .run("list topics", |shared| async move {
+                topics::names(&shared).await
+            })
+            .unwrap_or_else(|error| {
+                tracing::warn!(
+                    "bus-postgres: listing topics failed, answering from the cache: {error}"
+                );
+                self.core.shared.cached_names()
+            })
+    }
+
+    fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
+        let names = self.core.run("list topics", |shared| async move {
+            topics::names(&shared).await
+        })?;
+        let mut expired = 0;
+        for name in names {
+            let topic = self.core.topic(&name)?;
+            if topic.spec.retention_ms.is_none() {
+                continue;
+            }
+            expired += self.core.run("retention", move |shared| async move {
+                fetch::expire(&shared, &topic, now_ms).await
+            })?;
+        }
+        Ok(expired)
+    }
+
+    fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
+        manifest.validate()?;
+        let manifest = manifest.clone();
+        self.core.run("provision", move |shared| async move {
+            topics::provision(&shared, &manifest).await
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::minimal("postgres")
+            .durable(true)
+            .dedup_horizon(DedupHorizon::Retained)
+            .maintenance_retention(true)
+            .native_batch(true)
+    }
+
+    /// The spec from the topics table (cached after the first lookup).
+    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        Ok(Some(self.core.topic(topic)?.spec.clone()))
+    }
+
+    fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
+        self.core.offsets(topic, partition)
+    }
+
+    fn publish_batch(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        for record in records {
+            if let Some(uid) = &record.uid {
+                validate_uid(uid)?;
+            }
+        }
+        self.publish_records(topic, records)
+    }
+
+    fn subscribe(
+        &self,
+        topic: &str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> Result<Subscription, BusError> {
+        let state = self.core.topic(topic)?;
+        // Listen before the start positions are read: a record committed
+        // after that read then rings this bell (or is seen by the first read).
+        let bell = self.core.shared.listener.register(&state.spec.name);
+        self.core
+            .run("subscribe", move |shared| listener::listen(shared, state))?;
+        let plan = Plan::new(self, topic, &selector, start)?;
+        let feed = PgFeed::new(&self.core, topic);
+        Ok(Subscription::new(plan, options, Box::new(feed), bell))
+    }
+}

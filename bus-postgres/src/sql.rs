@@ -1,0 +1,162 @@
+//! The SQL of the bus, with its schema name filled in once.
+//!
+//! Tables (schema version 1):
+//! - `meta(name, value)`: the `schema_version` row.
+//! - `topics`: one row per provisioned topic, its manifest properties.
+//! - `partitions(topic_id, partition, next_offset)`: the offset counter; its
+//!   row lock (`FOR UPDATE`) serializes the writers of a partition, across
+//!   processes, so offsets come out gap-free in commit order.
+//! - `records`: primary key `(topic_id, partition, offset)`. The first
+//!   authentic record of a UID (by offset) answers for it in dedup and find,
+//!   one range of the `records_uid` index; `claim` is set on the records the
+//!   bus stores for a new UID, unique per partition, so the database refuses
+//!   a second record of a UID even from a writer that skipped the lookup.
+//!   Records written around the bus carry a `uid` but no claim.
+
+/// The schema version this crate writes and understands.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+pub(crate) struct Sql {
+    pub(crate) schema: String,
+    pub(crate) version: String,
+    pub(crate) meta_table: String,
+    pub(crate) create: String,
+    pub(crate) topic_by_name: String,
+    pub(crate) topic_names: String,
+    pub(crate) insert_topic: String,
+    pub(crate) insert_partitions: String,
+    pub(crate) lock_partition: String,
+    pub(crate) claims: String,
+    pub(crate) unclaim: String,
+    pub(crate) insert_records: String,
+    pub(crate) append: String,
+    pub(crate) advance: String,
+    pub(crate) notify: String,
+    pub(crate) fetch: String,
+    pub(crate) find: String,
+    pub(crate) offsets: String,
+    pub(crate) first_young: String,
+    pub(crate) expire: String,
+}
+
+impl Sql {
+    /// `schema` is checked by `PostgresOptions::check` (`[A-Za-z_][A-Za-z0-9_]*`), so
+    /// quoting it is enough.
+    pub(crate) fn new(schema: &str) -> Self {
+        let s = format!("\"{schema}\"");
+        Self {
+            schema: schema.to_owned(),
+            meta_table: format!("{s}.meta"),
+            version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
+            create: format!(
+                "CREATE SCHEMA IF NOT EXISTS {s};
+                 CREATE TABLE IF NOT EXISTS {s}.meta (name text PRIMARY KEY, value bigint NOT NULL);
+                 INSERT INTO {s}.meta VALUES ('schema_version', {SCHEMA_VERSION}) ON CONFLICT DO NOTHING;
+                 CREATE TABLE IF NOT EXISTS {s}.topics (
+                     id serial PRIMARY KEY,
+                     name text NOT NULL UNIQUE,
+                     partitions integer NOT NULL,
+                     retention_ms bigint,
+                     dedup_window_ms bigint NOT NULL,
+                     max_record_bytes bigint NOT NULL,
+                     replication_factor integer NOT NULL);
+                 CREATE TABLE IF NOT EXISTS {s}.partitions (
+                     topic_id integer NOT NULL REFERENCES {s}.topics (id),
+                     partition integer NOT NULL,
+                     next_offset bigint NOT NULL DEFAULT 0,
+                     PRIMARY KEY (topic_id, partition));
+                 CREATE TABLE IF NOT EXISTS {s}.records (
+                     topic_id integer NOT NULL,
+                     partition integer NOT NULL,
+                     \"offset\" bigint NOT NULL,
+                     key text NOT NULL,
+                     uid text,
+                     claim text,
+                     value bytea NOT NULL,
+                     tag bytea,
+                     stored_at bigint NOT NULL,
+                     PRIMARY KEY (topic_id, partition, \"offset\"));
+                 CREATE UNIQUE INDEX IF NOT EXISTS records_claim
+                     ON {s}.records (topic_id, partition, claim) WHERE claim IS NOT NULL;
+                 CREATE INDEX IF NOT EXISTS records_uid
+                     ON {s}.records (topic_id, partition, uid, \"offset\") WHERE uid IS NOT NULL;"
+            ),
+            topic_by_name: format!(
+                "SELECT id, partitions, retention_ms, dedup_window_ms, max_record_bytes, replication_factor
+                 FROM {s}.topics WHERE name = $1"
+            ),
+            topic_names: format!("SELECT name FROM {s}.topics ORDER BY name"),
+            insert_topic: format!(
+                "INSERT INTO {s}.topics (name, partitions, retention_ms, dedup_window_ms, max_record_bytes, replication_factor)
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id"
+            ),
+            insert_partitions: format!(
+                "INSERT INTO {s}.partitions (topic_id, partition)
+                 SELECT $1, p FROM generate_series(0, $2 - 1) AS p"
+            ),
+            lock_partition: format!(
+                "SELECT next_offset FROM {s}.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
+            ),
+            claims: format!(
+                "SELECT uid, \"offset\", key, value, tag, claim IS NOT NULL FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND uid = ANY($3)
+                 ORDER BY \"offset\""
+            ),
+            unclaim: format!(
+                "UPDATE {s}.records SET claim = NULL
+                 WHERE topic_id = $1 AND partition = $2 AND \"offset\" = ANY($3)"
+            ),
+            insert_records: format!(
+                "INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
+                 SELECT $1, $2, o, k, u, u, v, t, $8
+                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::bytea[], $7::bytea[]) AS r (o, k, u, v, t)"
+            ),
+            // The whole round in one statement (one round trip, its own
+            // transaction): advance the counter (its row lock serializes the
+            // partition's writers), insert the records at the offsets it
+            // covered, notify. A UID another writer stored meanwhile fails
+            // the claim index and rolls all of it back.
+            append: format!(
+                "WITH c AS (
+                     UPDATE {s}.partitions SET next_offset = next_offset + $3
+                     WHERE topic_id = $1 AND partition = $2
+                     RETURNING next_offset - $3 AS base),
+                 ins AS (
+                     INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
+                     SELECT $1, $2, c.base + r.i - 1, r.k, r.u, r.u, r.v, r.t, $8
+                     FROM c, unnest($4::text[], $5::text[], $6::bytea[], $7::bytea[])
+                          WITH ORDINALITY AS r (k, u, v, t, i))
+                 SELECT c.base, pg_notify($9, CAST($2 AS integer)::text || ':' || (c.base + $3 - 1)::text)
+                 FROM c"
+            ),
+            advance: format!(
+                "UPDATE {s}.partitions SET next_offset = $3 WHERE topic_id = $1 AND partition = $2"
+            ),
+            notify: "SELECT pg_notify($1, $2)".to_owned(),
+            fetch: format!(
+                "SELECT \"offset\", key, uid, value, tag, stored_at FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND \"offset\" >= $3
+                 ORDER BY \"offset\" LIMIT $4"
+            ),
+            find: format!(
+                "SELECT \"offset\", key, value, tag FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND uid = $3
+                 ORDER BY \"offset\" LIMIT 64"
+            ),
+            offsets: format!(
+                "SELECT p.next_offset,
+                        (SELECT r.\"offset\" FROM {s}.records r
+                         WHERE r.topic_id = $1 AND r.partition = $2 ORDER BY r.\"offset\" LIMIT 1)
+                 FROM {s}.partitions p WHERE p.topic_id = $1 AND p.partition = $2"
+            ),
+            first_young: format!(
+                "SELECT \"offset\" FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND stored_at >= $3
+                 ORDER BY \"offset\" LIMIT 1"
+            ),
+            expire: format!(
+                "DELETE FROM {s}.records WHERE topic_id = $1 AND partition = $2 AND \"offset\" < $3"
+            ),
+        }
+    }
+}
