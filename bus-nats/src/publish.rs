@@ -133,6 +133,15 @@ pub(crate) async fn send_all(
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => sequence,
                 },
+                PublishFailure::InProcess => match retry {
+                    Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
+                    None => {
+                        return Err(BusError::Backend(format!(
+                            "{what}: the server reports a duplicate message id in process for a \
+                             record without a UID"
+                        )));
+                    }
+                },
                 PublishFailure::NoResponders => {
                     let stream = &topic.partition(partition)?.stream;
                     return Err(unanswered(&shared, name, stream, &what).await);
@@ -192,7 +201,11 @@ async fn settle(
         auth: resend.auth.as_ref(),
         what,
     };
-    for _attempt in 0..MAX_SETTLE_ATTEMPTS {
+    let mut in_process_waits = 0_u32;
+    let mut waited = std::time::Duration::ZERO;
+    let mut attempt = 0;
+    while attempt < MAX_SETTLE_ATTEMPTS {
+        attempt += 1;
         let last = match lookup.resolve().await? {
             Resolved::Authentic(sequence) => return Ok(sequence),
             Resolved::Absent { last } => last,
@@ -220,6 +233,19 @@ async fn settle(
             Err(error) => match failure(shared, name, what, size, &error) {
                 // Someone stored on the subject meanwhile: look again.
                 PublishFailure::AlreadyStored(_) => {}
+                // Another publish of this UID is being replicated: give it
+                // a moment (backoff, bounded by the operation timeout) and
+                // look again, without spending an attempt.
+                PublishFailure::InProcess => {
+                    let pause = std::time::Duration::from_millis(1 << in_process_waits.min(6));
+                    if waited + pause > shared.timeout {
+                        return Err(crate::errors::timed_out(what, shared.timeout));
+                    }
+                    waited += pause;
+                    in_process_waits += 1;
+                    attempt -= 1;
+                    tokio::time::sleep(pause).await;
+                }
                 PublishFailure::NoResponders => {
                     return Err(unanswered(shared, name, &state.stream, what).await);
                 }

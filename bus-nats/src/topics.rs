@@ -90,6 +90,10 @@ pub(crate) async fn list(shared: &Shared) -> Result<Vec<TopicSpec>, BusError> {
             specs.extend(recorded_spec(&info.config, None));
         }
     }
+    // The listing is paged by offset; on a cluster, streams created by
+    // others while it pages can shift a stream onto the next page twice.
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    specs.dedup_by(|a, b| a.name == b.name);
     Ok(specs)
 }
 
