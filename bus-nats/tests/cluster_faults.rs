@@ -396,7 +396,13 @@ fn leader_killed_under_load() {
     // The live subscription: every stored record once, in order.
     let mut next = 0_u64;
     let mut errors = 0;
-    poll_until("the subscription to deliver every record", WAIT, || {
+    let until = Instant::now() + WAIT;
+    while next < stored as u64 {
+        assert!(
+            Instant::now() < until,
+            "the subscription delivered {next} of {stored} records in {WAIT:?} \
+             ({errors} transient errors)"
+        );
         match subscription.recv_timeout(Duration::from_millis(200)) {
             Ok(Some(item)) => {
                 let event = item.event().expect("no lag without max_lag");
@@ -406,11 +412,11 @@ fn leader_killed_under_load() {
             Ok(None) => {}
             Err(error) => {
                 assert!(error.is_transient(), "subscription error: {error}");
+                eprintln!("subscription error: {error}");
                 errors += 1;
             }
         }
-        (next == stored as u64).then_some(())
-    });
+    }
     report(
         "leader_killed_under_load",
         &format!(
