@@ -135,9 +135,8 @@ impl KafkaBus {
                         deadline,
                     )
                     .unwrap_or(false);
-                    let brokers =
-                        provision::broker_count(&ensure_options, &ensure_admin, deadline)
-                            .unwrap_or(0);
+                    let brokers = provision::broker_count(&ensure_options, &ensure_admin, deadline)
+                        .unwrap_or(0);
                     Ok((retention, brokers))
                 })
                 .await

@@ -190,7 +190,11 @@ pub(crate) fn provision(
             // acks=all then waits for two replicas: one node may be lost.
             .set(
                 "min.insync.replicas",
-                if spec.replication_factor >= 3 { "2" } else { "1" },
+                if spec.replication_factor >= 3 {
+                    "2"
+                } else {
+                    "1"
+                },
             )
         })
         .collect();

@@ -136,11 +136,9 @@ pub(crate) fn publish_failure(
         PublishErrorKind::BrokenPipe => PublishFailure::Other(unavailable(format!(
             "{what}: connection lost before the ack"
         ))),
-        _ if api_source(error)
-            .is_some_and(|api| {
-                [DUPLICATE_IN_PROCESS, WRONG_LAST_SEQUENCE_CONSTANT]
-                    .contains(&api.error_code().0)
-            }) =>
+        _ if api_source(error).is_some_and(|api| {
+            [DUPLICATE_IN_PROCESS, WRONG_LAST_SEQUENCE_CONSTANT].contains(&api.error_code().0)
+        }) =>
         {
             PublishFailure::InProcess
         }
