@@ -71,7 +71,11 @@ fn replication_factor_follows_the_cluster() {
     } else {
         AckDurability::None
     };
-    assert_eq!(bus.capabilities().ack_durability, expected, "{nodes} broker(s)");
+    assert_eq!(
+        bus.capabilities().ack_durability,
+        expected,
+        "{nodes} broker(s)"
+    );
 
     let good = format!("rf-good-{}", &id[..12]);
     let big = format!("rf-big-{}", &id[..12]);

@@ -147,6 +147,24 @@ impl Cluster {
         })
     }
 
+    /// How many streams the cluster holds.
+    fn stream_count(&self) -> usize {
+        let url = format!("nats://127.0.0.1:{}", self.client[0]);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            use futures::StreamExt;
+            let client = async_nats::connect(url).await.expect("raw connect");
+            async_nats::jetstream::new(client)
+                .stream_names()
+                .filter_map(|name| async move { name.ok() })
+                .count()
+                .await
+        })
+    }
+
     fn wait_leader(&self) -> usize {
         poll_until("a stream leader", WAIT, || {
             self.stream_state().map(|(leader, _)| leader)
@@ -539,4 +557,30 @@ fn two_of_three_killed() {
             events.len()
         ),
     );
+}
+
+#[test]
+fn replication_factor_larger_than_the_cluster() {
+    let Some((cluster, bus)) = setup("cluster_faults") else {
+        return;
+    };
+    assert_eq!(
+        bus.capabilities().ack_durability,
+        bus_core::AckDurability::Unknown
+    );
+    let result = bus.provision(&Manifest::new([
+        TopicSpec::new("rf-good", 2),
+        TopicSpec::new("rf-big", 2).with_replication_factor(4),
+    ]));
+    assert!(
+        matches!(&result, Err(BusError::InvalidArgument { field, .. })
+            if field == "topics[1].replication_factor"),
+        "{result:?}"
+    );
+    let topics = bus.topics();
+    assert!(
+        !topics.iter().any(|name| name.starts_with("rf-")),
+        "created {topics:?}"
+    );
+    assert_eq!(cluster.stream_count(), 1, "only the setup's stream exists");
 }
