@@ -4,7 +4,11 @@
 #   1. the conformance suite against a three-node NATS cluster
 #      (scripts/nats-cluster.sh, ports from BUS_NATS_CLUSTER_BASE, default
 #      24222) with every topic at replication factor 3;
-#   2. the NATS fault tests (bus-nats/tests/cluster_faults.rs), which start
+#   2. the conformance suite and bus-kafka/tests/replication.rs against a
+#      three-node Kafka cluster (scripts/kafka-cluster.sh, ports from
+#      BUS_KAFKA_CLUSTER_BASE, default 29092) at replication factor 3
+#      (skipped with BUS_KAFKA_CLUSTER=0);
+#   3. the NATS fault tests (bus-nats/tests/cluster_faults.rs), which start
 #      and kill clusters of their own on free ports (skipped with
 #      BUS_CLUSTER_FAULTS=0: CI runs them already in scripts/test.sh).
 # The cluster it starts is stopped and wiped on exit. Extra args go to cargo test.
@@ -12,7 +16,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 base="${BUS_NATS_CLUSTER_BASE:-24222}"
-cleanup() { scripts/nats-cluster.sh wipe "$base" >&2 || true; }
+kbase="${BUS_KAFKA_CLUSTER_BASE:-29092}"
+cleanup() {
+  scripts/nats-cluster.sh wipe "$base" >&2 || true
+  [ "${BUS_KAFKA_CLUSTER:-1}" = 0 ] || scripts/kafka-cluster.sh wipe "$kbase" >&2 || true
+}
 trap cleanup EXIT
 scripts/nats-cluster.sh wipe "$base" >&2
 exports="$(scripts/nats-cluster.sh start "$base")"
@@ -22,8 +30,16 @@ echo "test-clusters.sh: $exports BUS_REPLICATION_FACTOR=3" >&2
 t0=$(date +%s)
 cargo test -p bus-nats --test conformance "$@"
 t1=$(date +%s)
+if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
+  scripts/kafka-cluster.sh wipe "$kbase" >&2
+  kexports="$(scripts/kafka-cluster.sh start "$kbase")"
+  echo "test-clusters.sh: $kexports BUS_REPLICATION_FACTOR=3" >&2
+  env "$kexports" cargo test -p bus-kafka --test conformance --test replication "$@"
+  scripts/kafka-cluster.sh wipe "$kbase" >&2
+fi
+tk=$(date +%s)
 if [ "${BUS_CLUSTER_FAULTS:-1}" != 0 ]; then
   cargo test -p bus-nats --test cluster_faults "$@" -- --test-threads 1 --nocapture
 fi
 t2=$(date +%s)
-echo "test-clusters.sh: NATS cluster suite $((t1 - t0)) s, NATS fault tests $((t2 - t1)) s" >&2
+echo "test-clusters.sh: NATS cluster suite $((t1 - t0)) s, Kafka cluster suite $((tk - t1)) s, NATS fault tests $((t2 - tk)) s" >&2
