@@ -39,11 +39,17 @@ pub(crate) fn ensure_manifest_topic(
     if list_topics(options, admin.inner(), deadline)?.contains_key(&topic) {
         return Ok(());
     }
-    let new = NewTopic::new(
-        &topic,
-        1,
-        TopicReplication::Fixed(i32::from(options.manifest_replication)),
-    )
+    let factor = match options.manifest_replication {
+        Some(factor) => i32::from(factor),
+        None => {
+            if broker_count(options, admin, deadline)? >= 3 {
+                3
+            } else {
+                1
+            }
+        }
+    };
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(factor))
     .set("cleanup.policy", "compact");
     create(options, admin, &[new], deadline)?;
     wait_ready(options, admin, &topic, 1, deadline)
