@@ -8,6 +8,8 @@
 #      three-node Kafka cluster (scripts/kafka-cluster.sh, ports from
 #      BUS_KAFKA_CLUSTER_BASE, default 29092) at replication factor 3
 #      (skipped with BUS_KAFKA_CLUSTER=0);
+#   (with BUS_KAFKA_FAULTS=1 also the ignored Kafka leader-kill test, which
+#   starts a cluster of its own and fails today: see README)
 #   3. the NATS fault tests (bus-nats/tests/cluster_faults.rs), which start
 #      and kill clusters of their own on free ports (skipped with
 #      BUS_CLUSTER_FAULTS=0: CI runs them already in scripts/test.sh).
@@ -36,6 +38,9 @@ if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
   echo "test-clusters.sh: $kexports BUS_REPLICATION_FACTOR=3" >&2
   env "$kexports" cargo test -p bus-kafka --test conformance --test replication "$@"
   scripts/kafka-cluster.sh wipe "$kbase" >&2
+  if [ "${BUS_KAFKA_FAULTS:-0}" = 1 ]; then
+    cargo test -p bus-kafka --test cluster_faults "$@" -- --ignored --nocapture
+  fi
 fi
 tk=$(date +%s)
 if [ "${BUS_CLUSTER_FAULTS:-1}" != 0 ]; then
