@@ -49,8 +49,8 @@ pub(crate) fn ensure_manifest_topic(
             }
         }
     };
-    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(factor))
-    .set("cleanup.policy", "compact");
+    let new =
+        NewTopic::new(&topic, 1, TopicReplication::Fixed(factor)).set("cleanup.policy", "compact");
     create(options, admin, &[new], deadline)?;
     wait_ready(options, admin, &topic, 1, deadline)
 }

@@ -93,8 +93,10 @@ fn free_base() -> u16 {
 
 /// The node (0..2) leading partition 0 of `topic`.
 fn leader(brokers: &str, topic: &str) -> Option<usize> {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers).create().ok()?;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .ok()?;
     let metadata = admin
         .inner()
         .fetch_metadata(Some(topic), Duration::from_secs(5))
@@ -119,7 +121,9 @@ struct Log {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn uid(thread: usize, seq: usize) -> String {
@@ -159,10 +163,7 @@ fn publish_until_acked(bus: &KafkaBus, thread: usize, seq: usize, log: &Mutex<Lo
             timeout, not by the call's deadline); run by scripts/test-clusters.sh"]
 fn leader_killed_under_load() {
     if common::own::kafka_libs().is_none() {
-        return common::skip(
-            "cluster_faults",
-            "no Kafka jars (scripts/kafka.sh install)",
-        );
+        return common::skip("cluster_faults", "no Kafka jars (scripts/kafka.sh install)");
     }
     let cluster_started = Instant::now();
     let (cluster, brokers) = Cluster::start();
