@@ -417,6 +417,7 @@ impl EventBus for MemoryBus {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::minimal("memory")
+            .ack_durability(bus_core::AckDurability::None)
             .dedup_horizon(DedupHorizon::Retained)
             .maintenance_retention(true)
     }

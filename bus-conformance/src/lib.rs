@@ -59,6 +59,21 @@ pub struct Ctx {
     control_key: Option<[u8; 32]>,
 }
 
+/// The replication factor the suite provisions topics at:
+/// `BUS_REPLICATION_FACTOR` (e.g. 3 on a three-node cluster), default 1.
+///
+/// # Panics
+/// If the variable is set but not a number from 1 to 255.
+pub fn replication_factor() -> u16 {
+    match std::env::var("BUS_REPLICATION_FACTOR") {
+        Ok(text) if !text.trim().is_empty() => match text.trim().parse::<u16>() {
+            Ok(factor @ 1..=255) => factor,
+            _ => panic!("BUS_REPLICATION_FACTOR={text:?} is not a number from 1 to 255"),
+        },
+        _ => 1,
+    }
+}
+
 impl Ctx {
     /// Opens the namespace's first bus.
     pub fn new(backend: &'static str, mut namespace: Box<dyn Namespace>) -> Result<Self, BusError> {
@@ -108,12 +123,24 @@ impl Ctx {
         }
     }
 
-    /// Provisions `specs` and returns their names.
+    /// A manifest of `specs`, those at the default replication factor (1)
+    /// raised to [`replication_factor`] so the suite can run on a cluster.
+    pub fn manifest(&self, specs: impl IntoIterator<Item = TopicSpec>) -> Manifest {
+        let factor = replication_factor();
+        Manifest::new(specs.into_iter().map(|mut spec| {
+            if spec.replication_factor == 1 {
+                spec.replication_factor = factor;
+            }
+            spec
+        }))
+    }
+
+    /// Provisions `specs` (see [`Ctx::manifest`]).
     ///
     /// # Panics
     /// If provisioning fails.
     pub fn provision(&self, specs: impl IntoIterator<Item = TopicSpec>) {
-        let manifest = Manifest::new(specs);
+        let manifest = self.manifest(specs);
         if let Err(error) = self.bus().provision(&manifest) {
             panic!("provision {manifest:?} failed: {error}");
         }

@@ -10,6 +10,30 @@ pub enum DedupHorizon {
     Window,
 }
 
+/// What a publish ack guarantees about the record surviving failures
+/// (see README "Clusters and durability").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AckDurability {
+    /// Nothing beyond the process: an ack may be lost with it (memory), or
+    /// with one broker's page cache (a Kafka broker never fsyncs by itself).
+    None,
+    /// The record was fsynced to disk before the ack: it survives a process
+    /// crash and a machine crash, not the loss of the disk.
+    Disk,
+    /// The record is on at least `min_insync` replicas before the ack, for
+    /// topics provisioned at `replication_factor >= 3`: it survives the loss
+    /// of one node (and a process crash), not a simultaneous power loss of
+    /// all of them.
+    Replicated {
+        /// Replicas that must hold the record before the ack.
+        min_insync: u16,
+    },
+    /// The client cannot learn it from the server (NATS does not report
+    /// `sync_interval`); see the README for the server setting that decides.
+    Unknown,
+}
+
 /// A backend's capabilities report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -28,6 +52,8 @@ pub struct Capabilities {
     pub exclusive_open: bool,
     /// `publish_batch` is pipelined or written as one unit.
     pub native_batch: bool,
+    /// What an ack guarantees about durability.
+    pub ack_durability: AckDurability,
 }
 
 impl Capabilities {
@@ -41,6 +67,7 @@ impl Capabilities {
             native_retention: false,
             exclusive_open: false,
             native_batch: false,
+            ack_durability: AckDurability::Unknown,
         }
     }
 
@@ -83,6 +110,13 @@ impl Capabilities {
     #[must_use]
     pub fn native_batch(mut self, yes: bool) -> Self {
         self.native_batch = yes;
+        self
+    }
+
+    /// Sets `ack_durability`.
+    #[must_use]
+    pub fn ack_durability(mut self, durability: AckDurability) -> Self {
+        self.ack_durability = durability;
         self
     }
 }

@@ -24,7 +24,7 @@ pub mod record;
 pub mod subscription;
 
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
-pub use capabilities::{Capabilities, DedupHorizon};
+pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
 pub use executor::ConnectorExecutor;

@@ -77,6 +77,13 @@ impl TopicSpec {
         }
     }
 
+    /// Sets the replication factor (broker backends; 3 on a three-node cluster).
+    #[must_use]
+    pub fn with_replication_factor(mut self, replication_factor: u16) -> Self {
+        self.replication_factor = replication_factor;
+        self
+    }
+
     /// Sets the retention.
     #[must_use]
     pub fn with_retention_ms(mut self, retention_ms: u64) -> Self {

@@ -480,6 +480,10 @@ impl EventBus for EmbeddedBus {
             .maintenance_retention(true)
             .exclusive_open(true)
             .native_batch(true)
+            .ack_durability(match self.inner.options.durability {
+                crate::Durability::Sync => bus_core::AckDurability::Disk,
+                crate::Durability::Interval(_) => bus_core::AckDurability::None,
+            })
     }
 
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {

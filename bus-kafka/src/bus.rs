@@ -170,6 +170,14 @@ impl EventBus for KafkaBus {
             .dedup_horizon(DedupHorizon::Window)
             .native_batch(true)
             .native_retention(self.core.native_retention)
+            // A broker never fsyncs by itself: an ack is durable only by
+            // replication, which needs three brokers (topics at RF >= 3 get
+            // min.insync.replicas = 2).
+            .ack_durability(if self.core.brokers >= 3 {
+                bus_core::AckDurability::Replicated { min_insync: 2 }
+            } else {
+                bus_core::AckDurability::None
+            })
     }
 
     fn publish_batch(

@@ -104,6 +104,8 @@ pub(crate) struct Core {
     pub(crate) auth: RwLock<Option<RecordAuth>>,
     /// The broker enforces `retention.ms` within seconds.
     pub(crate) native_retention: bool,
+    /// Brokers in the cluster at connect (0 when unknown).
+    pub(crate) brokers: usize,
 }
 
 impl KafkaBus {
@@ -123,7 +125,7 @@ impl KafkaBus {
         // that consumer caches the topic as unknown.
         let (ensure_options, ensure_admin) = (options.clone(), Arc::clone(&admin));
         let timeout = options.timeout;
-        let native_retention = executor.run_bounded(
+        let (native_retention, brokers) = executor.run_bounded(
             "creating the manifest topic",
             timeout + SLACK,
             move || async move {
@@ -131,12 +133,15 @@ impl KafkaBus {
                 tokio::task::spawn_blocking(move || {
                     provision::ensure_manifest_topic(&ensure_options, &ensure_admin, deadline)?;
                     // Best effort: without the answer, retention is not promised.
-                    Ok(provision::broker_checks_retention_promptly(
+                    let retention = provision::broker_checks_retention_promptly(
                         &ensure_options,
                         &ensure_admin,
                         deadline,
                     )
-                    .unwrap_or(false))
+                    .unwrap_or(false);
+                    let brokers = provision::broker_count(&ensure_options, &ensure_admin, deadline)
+                        .unwrap_or(0);
+                    Ok((retention, brokers))
                 })
                 .await
                 .unwrap_or_else(|_| {
@@ -156,6 +161,7 @@ impl KafkaBus {
                 partitions: Mutex::new(HashMap::new()),
                 auth: RwLock::new(None),
                 native_retention,
+                brokers,
                 options,
             }),
         };

@@ -59,7 +59,8 @@ pub struct KafkaOptions {
     pub(crate) ca_location: Option<String>,
     pub(crate) sasl: Option<(SaslMechanism, String, String)>,
     pub(crate) manifest_topic: String,
-    pub(crate) manifest_replication: u16,
+    /// `None`: three replicas when the cluster has three brokers, else one.
+    pub(crate) manifest_replication: Option<u16>,
 }
 
 impl std::fmt::Debug for KafkaOptions {
@@ -91,7 +92,7 @@ impl KafkaOptions {
             ca_location: None,
             sasl: None,
             manifest_topic: DEFAULT_MANIFEST_TOPIC.to_owned(),
-            manifest_replication: 1,
+            manifest_replication: None,
         }
     }
 
@@ -138,10 +139,12 @@ impl KafkaOptions {
         self
     }
 
-    /// Replication factor of the manifest topic when it is created (default 1).
+    /// Replication factor of the manifest topic when it is created
+    /// (default: 3 on a cluster of three or more brokers, else 1, so the
+    /// loss of one broker does not take the topic list with it).
     #[must_use]
     pub fn manifest_replication(mut self, factor: u16) -> Self {
-        self.manifest_replication = factor.max(1);
+        self.manifest_replication = Some(factor.max(1));
         self
     }
 

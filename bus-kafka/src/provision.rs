@@ -39,12 +39,18 @@ pub(crate) fn ensure_manifest_topic(
     if list_topics(options, admin.inner(), deadline)?.contains_key(&topic) {
         return Ok(());
     }
-    let new = NewTopic::new(
-        &topic,
-        1,
-        TopicReplication::Fixed(i32::from(options.manifest_replication)),
-    )
-    .set("cleanup.policy", "compact");
+    let factor = match options.manifest_replication {
+        Some(factor) => i32::from(factor),
+        None => {
+            if broker_count(options, admin, deadline)? >= 3 {
+                3
+            } else {
+                1
+            }
+        }
+    };
+    let new =
+        NewTopic::new(&topic, 1, TopicReplication::Fixed(factor)).set("cleanup.policy", "compact");
     create(options, admin, &[new], deadline)?;
     wait_ready(options, admin, &topic, 1, deadline)
 }
@@ -52,6 +58,31 @@ pub(crate) fn ensure_manifest_topic(
 /// Retention checks at least this often count as native retention: the
 /// broker expires records within seconds of `retention.ms`, not minutes.
 const PROMPT_RETENTION_CHECK_MS: u64 = 5_000;
+
+/// A replication factor the cluster cannot hold: refused before anything is created.
+pub(crate) fn replication_too_large(index: usize, spec: &TopicSpec, nodes: usize) -> BusError {
+    BusError::invalid(
+        format!("topics[{index}].replication_factor"),
+        format!(
+            "topic {:?} asks for {} replicas but the cluster has {nodes} node(s) available; \
+             lower replication_factor or add nodes",
+            spec.name, spec.replication_factor
+        ),
+    )
+}
+
+/// How many brokers the cluster's metadata lists.
+pub(crate) fn broker_count(
+    options: &KafkaOptions,
+    admin: &Admin,
+    deadline: Instant,
+) -> Result<usize, BusError> {
+    let metadata = admin
+        .inner()
+        .fetch_metadata(None, remaining(deadline))
+        .map_err(|error| map_error(options, "reading metadata", error))?;
+    Ok(metadata.brokers().len())
+}
 
 /// Whether the broker checks retention promptly
 /// (`log.retention.check.interval.ms` ≤ 5 s; Kafka's default is 5 min).
@@ -130,6 +161,15 @@ pub(crate) fn provision(
             }
         }
     }
+    if missing.iter().any(|spec| spec.replication_factor > 1) {
+        let brokers = broker_count(&core.options, &core.admin, deadline)?;
+        for (index, spec) in manifest.topics.iter().enumerate() {
+            let missing_here = missing.iter().any(|m| m.name == spec.name);
+            if missing_here && usize::from(spec.replication_factor) > brokers {
+                return Err(replication_too_large(index, spec, brokers));
+            }
+        }
+    }
     let configs: Vec<(String, String, String)> = missing
         .iter()
         .map(|spec| {
@@ -153,6 +193,15 @@ pub(crate) fn provision(
             .set("retention.ms", retention)
             .set("max.message.bytes", max)
             .set("message.timestamp.type", "LogAppendTime")
+            // acks=all then waits for two replicas: one node may be lost.
+            .set(
+                "min.insync.replicas",
+                if spec.replication_factor >= 3 {
+                    "2"
+                } else {
+                    "1"
+                },
+            )
         })
         .collect();
     if !new_topics.is_empty() {

@@ -319,6 +319,9 @@ impl EventBus for NatsBus {
             .dedup_horizon(DedupHorizon::Retained)
             .native_retention(true)
             .native_batch(true)
+            // Acks are fsynced only under the server's `sync_interval:
+            // always`, which a client cannot read (scripts/nats*.sh set it).
+            .ack_durability(bus_core::AckDurability::Unknown)
     }
 
     fn publish_batch(

@@ -83,6 +83,11 @@ pub(crate) fn request_error(what: &str, timeout: Duration, error: &RequestError)
 
 /// What a failed publish means for the caller.
 pub(crate) enum PublishFailure {
+    /// A clustered stream is still storing another publish with the same
+    /// Nats-Msg-Id ("duplicate message id is in process", code 10158): the
+    /// UID's record is about to exist; look it up again shortly. Also a
+    /// conditional publish refused while another is uncommitted (10164).
+    InProcess,
     /// The UID's subject already holds the record with this stream sequence.
     AlreadyStored(u64),
     /// Nothing answered on the stream's subject ("no responders"): the
@@ -105,6 +110,14 @@ pub(crate) fn publish_failure(
     match error.kind() {
         PublishErrorKind::WrongLastSequence => match existing_sequence(error) {
             Some(sequence) if sequence > 0 => PublishFailure::AlreadyStored(sequence),
+            // A clustered stream refuses a conditional publish racing an
+            // uncommitted one without naming the sequence (code 10164).
+            None if api_source(error).is_some_and(|api| {
+                api.error_code() == jetstream::ErrorCode(WRONG_LAST_SEQUENCE_CONSTANT)
+            }) =>
+            {
+                PublishFailure::InProcess
+            }
             _ => PublishFailure::Other(BusError::Backend(format!(
                 "{what}: conditional publish refused without a usable sequence: {error}"
             ))),
@@ -123,12 +136,24 @@ pub(crate) fn publish_failure(
         PublishErrorKind::BrokenPipe => PublishFailure::Other(unavailable(format!(
             "{what}: connection lost before the ack"
         ))),
+        _ if api_source(error).is_some_and(|api| {
+            [DUPLICATE_IN_PROCESS, WRONG_LAST_SEQUENCE_CONSTANT].contains(&api.error_code().0)
+        }) =>
+        {
+            PublishFailure::InProcess
+        }
         _ => PublishFailure::Other(match api_source(error) {
             Some(api) => api_error(what, api),
             None => BusError::Backend(format!("{what}: {error}")),
         }),
     }
 }
+
+/// JetStream's "duplicate message id is in process" (clustered streams only).
+const DUPLICATE_IN_PROCESS: u64 = 10158;
+
+/// JetStream's "wrong last sequence" without the sequence (clustered streams).
+const WRONG_LAST_SEQUENCE_CONSTANT: u64 = 10164;
 
 /// The JetStream API error behind a failed publish, if the server answered.
 fn api_source(error: &PublishError) -> Option<&jetstream::Error> {

@@ -2,9 +2,10 @@
 //! batch sends every record first and then awaits the acks (pipelined).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::context::PublishError;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
     BusError, PublishAck, encode_value, partition_for, resolve_uid, validate_key, validate_uid,
@@ -14,7 +15,7 @@ use bytes::Bytes;
 use crate::errors::{PublishFailure, publish_failure};
 use crate::naming::record_subject;
 use crate::record::{Guard, headers_len, record_headers};
-use crate::shared::{Shared, TopicState};
+use crate::shared::{RESEND_INTERVAL, Shared, TopicState};
 use crate::topics::unanswered;
 use crate::uid::{Resolved, UidSubject};
 
@@ -103,24 +104,54 @@ pub(crate) async fn send_all(
 ) -> Result<Vec<PublishAck>, BusError> {
     let name = topic.spec.name.as_str();
     let what = format!("publish to topic {name:?}");
+    let deadline = tokio::time::Instant::now() + shared.timeout;
     let mut pending = Vec::with_capacity(records.len());
     for record in records {
         let size = record.payload.len() + headers_len(&record.headers);
+        let headers = record.resend.as_ref().map(|_| record.headers.clone());
         let retry = record
             .resend
             .map(|resend| (record.subject.clone(), record.payload.clone(), resend));
-        let sent = shared
-            .js
+        // A UID record may be sent again (the message id deduplicates), so
+        // it waits for its ack in short attempts; others wait once.
+        let js = if retry.is_some() {
+            &shared.resend_js
+        } else {
+            &shared.js
+        };
+        let sent = js
             .publish_with_headers(record.subject, record.headers, record.payload)
             .await;
-        pending.push((record.partition, size, sent, retry));
+        pending.push((record.partition, size, sent, retry, headers));
     }
     let mut acks = Vec::with_capacity(pending.len());
-    for (partition, size, sent, retry) in pending {
-        let acked = match sent {
+    for (partition, size, sent, retry, headers) in pending {
+        let mut acked = match sent {
             Ok(future) => future.await,
             Err(error) => Err(error),
         };
+        if let (Some((subject, payload, _)), Some(headers)) = (&retry, &headers) {
+            while let Err(error) = &acked {
+                let pause = match error.kind() {
+                    PublishErrorKind::TimedOut => Duration::ZERO,
+                    // The connection moves to another server: not at once.
+                    PublishErrorKind::BrokenPipe => Duration::from_millis(50),
+                    _ => break,
+                };
+                if tokio::time::Instant::now() + pause + RESEND_INTERVAL > deadline {
+                    break;
+                }
+                tokio::time::sleep(pause).await;
+                acked = match shared
+                    .resend_js
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await
+                {
+                    Ok(future) => future.await,
+                    Err(error) => Err(error),
+                };
+            }
+        }
         let sequence = match (acked, retry) {
             (Ok(ack), Some(retry)) if ack.duplicate => {
                 // A window duplicate names whatever carried the UID's
@@ -132,6 +163,15 @@ pub(crate) async fn send_all(
                 PublishFailure::AlreadyStored(sequence) => match retry {
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => sequence,
+                },
+                PublishFailure::InProcess => match retry {
+                    Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
+                    None => {
+                        return Err(BusError::Backend(format!(
+                            "{what}: the server reports a duplicate message id in process for a \
+                             record without a UID"
+                        )));
+                    }
                 },
                 PublishFailure::NoResponders => {
                     let stream = &topic.partition(partition)?.stream;
@@ -192,7 +232,11 @@ async fn settle(
         auth: resend.auth.as_ref(),
         what,
     };
-    for _attempt in 0..MAX_SETTLE_ATTEMPTS {
+    let mut in_process_waits = 0_u32;
+    let mut waited = std::time::Duration::ZERO;
+    let mut attempt = 0;
+    while attempt < MAX_SETTLE_ATTEMPTS {
+        attempt += 1;
         let last = match lookup.resolve().await? {
             Resolved::Authentic(sequence) => return Ok(sequence),
             Resolved::Absent { last } => last,
@@ -220,6 +264,19 @@ async fn settle(
             Err(error) => match failure(shared, name, what, size, &error) {
                 // Someone stored on the subject meanwhile: look again.
                 PublishFailure::AlreadyStored(_) => {}
+                // Another publish of this UID is being replicated: give it
+                // a moment (backoff, bounded by the operation timeout) and
+                // look again, without spending an attempt.
+                PublishFailure::InProcess => {
+                    let pause = std::time::Duration::from_millis(1 << in_process_waits.min(6));
+                    if waited + pause > shared.timeout {
+                        return Err(crate::errors::timed_out(what, shared.timeout));
+                    }
+                    waited += pause;
+                    in_process_waits += 1;
+                    attempt -= 1;
+                    tokio::time::sleep(pause).await;
+                }
                 PublishFailure::NoResponders => {
                     return Err(unanswered(shared, name, &state.stream, what).await);
                 }

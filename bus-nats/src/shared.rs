@@ -16,6 +16,11 @@ use crate::naming::stream_name;
 /// One connection and what it has learnt about the server's topics.
 pub(crate) struct Shared {
     pub(crate) js: Context,
+    /// `js` with the ack wait of one attempt of a UID publish
+    /// ([`RESEND_INTERVAL`]): such a publish is sent again, same message id,
+    /// until the operation timeout, so a stream leader elected meanwhile
+    /// (4 to 9 s after a leader dies) stores it without the caller retrying.
+    pub(crate) resend_js: Context,
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     /// The server's `max_payload`, learnt at connect.
@@ -68,10 +73,16 @@ impl PartitionState {
     }
 }
 
+/// How long one attempt of a UID publish waits for its ack.
+pub(crate) const RESEND_INTERVAL: Duration = Duration::from_secs(1);
+
 impl Shared {
     pub(crate) fn new(js: Context, prefix: String, timeout: Duration, max_payload: usize) -> Self {
+        let mut resend_js = js.clone();
+        resend_js.set_timeout(RESEND_INTERVAL.min(timeout));
         Self {
             js,
+            resend_js,
             prefix,
             timeout,
             max_payload,

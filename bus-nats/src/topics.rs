@@ -90,6 +90,10 @@ pub(crate) async fn list(shared: &Shared) -> Result<Vec<TopicSpec>, BusError> {
             specs.extend(recorded_spec(&info.config, None));
         }
     }
+    // The listing is paged by offset; on a cluster, streams created by
+    // others while it pages can shift a stream onto the next page twice.
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    specs.dedup_by(|a, b| a.name == b.name);
     Ok(specs)
 }
 
@@ -130,6 +134,7 @@ fn stream_config(prefix: &str, spec: &TopicSpec, partition: u32) -> Config {
 
 async fn create_partition(
     shared: &Shared,
+    index: usize,
     spec: &TopicSpec,
     partition: u32,
 ) -> Result<(), BusError> {
@@ -167,11 +172,36 @@ async fn create_partition(
                 CreateStreamErrorKind::JetStreamUnavailable => {
                     unavailable(format!("{what}: {error}"))
                 }
+                CreateStreamErrorKind::JetStream(api)
+                    if spec.replication_factor > 1
+                        && [
+                            REPLICAS_NOT_SUPPORTED,
+                            ErrorCode::INSUFFICIENT_RESOURCES,
+                            ErrorCode::CLUSTER_NO_PEERS,
+                        ]
+                        .contains(&api.error_code()) =>
+                {
+                    replication_too_large(index, spec, &api.to_string())
+                }
                 CreateStreamErrorKind::JetStream(api) => api_error(&what, &api),
                 _ => BusError::Backend(format!("{what}: {error}")),
             })
         }
     }
+}
+
+/// JetStream's "replicas > 1 not supported in non-clustered mode".
+const REPLICAS_NOT_SUPPORTED: ErrorCode = ErrorCode(10074);
+
+fn replication_too_large(index: usize, spec: &TopicSpec, server: &str) -> BusError {
+    BusError::invalid(
+        format!("topics[{index}].replication_factor"),
+        format!(
+            "topic {:?} asks for {} replicas, more than the NATS cluster can place ({server}); \
+             lower replication_factor or add servers",
+            spec.name, spec.replication_factor
+        ),
+    )
 }
 
 fn foreign(stream: &str) -> BusError {
@@ -191,23 +221,31 @@ pub(crate) async fn provision(
     }
     let mut missing = Vec::new();
     let mut present = Vec::new();
-    for spec in &manifest.topics {
+    for (index, spec) in manifest.topics.iter().enumerate() {
         match lookup(shared, &spec.name).await? {
             Some(existing) => {
                 spec.conflict_with(&existing)?;
                 present.push(existing);
             }
-            None => missing.push(spec.clone()),
+            None => missing.push((index, spec.clone())),
         }
     }
-    for spec in &missing {
+    // The client cannot ask how many servers there are: the most replicated
+    // topic goes first, so a factor the cluster cannot place fails before
+    // anything is created.
+    missing.sort_by_key(|(index, spec)| (std::cmp::Reverse(spec.replication_factor), *index));
+    for (index, spec) in &missing {
+        create_partition(shared, *index, spec, spec.partitions - 1).await?;
         try_join_all(
-            (1..spec.partitions).map(|partition| create_partition(shared, spec, partition)),
+            (1..spec.partitions - 1)
+                .map(|partition| create_partition(shared, *index, spec, partition)),
         )
         .await?;
-        create_partition(shared, spec, 0).await?;
+        if spec.partitions > 1 {
+            create_partition(shared, *index, spec, 0).await?;
+        }
     }
-    present.extend(missing);
+    present.extend(missing.into_iter().map(|(_, spec)| spec));
     Ok(present)
 }
 

@@ -39,6 +39,7 @@ pub fn topics(bus: &dyn EventBus, json: bool, out: &mut impl Write) -> Result<()
             "topic", "partition", "first", "next", "records"
         )?;
     }
+    let acks = ack_durability(bus.capabilities().ack_durability);
     for topic in bus.topics() {
         let partitions = bus.partitions(&topic)?;
         for partition in 0..partitions {
@@ -47,6 +48,7 @@ pub fn topics(bus: &dyn EventBus, json: bool, out: &mut impl Write) -> Result<()
                 let line = serde_json::json!({
                     "topic": topic, "partition": partition, "partitions": partitions,
                     "first": offsets.first, "next": offsets.next, "records": offsets.retained(),
+                    "ack_durability": acks,
                 });
                 writeln!(out, "{line}")?;
             } else {
@@ -62,7 +64,22 @@ pub fn topics(bus: &dyn EventBus, json: bool, out: &mut impl Write) -> Result<()
             }
         }
     }
+    if !json {
+        writeln!(out, "acks: {acks} (README \"Clusters and durability\")")?;
+    }
     Ok(())
+}
+
+/// What an ack guarantees, in the words of README "Clusters and durability".
+fn ack_durability(durability: bus::AckDurability) -> String {
+    match durability {
+        bus::AckDurability::Disk => "disk (fsynced before the ack)".to_owned(),
+        bus::AckDurability::Replicated { min_insync } => format!(
+            "replicated (on {min_insync} replicas before the ack, topics at replication_factor >= 3)"
+        ),
+        bus::AckDurability::None => "none (not durable beyond the process / page cache)".to_owned(),
+        _ => "unknown (set by the server's configuration, e.g. NATS sync_interval)".to_owned(),
+    }
 }
 
 /// Parses one JSON value; `line` names the stdin line in the error.

@@ -35,7 +35,7 @@ pub fn c01_provision_conflict_names_both_values(ctx: &mut Ctx) -> CaseResult {
     let topic = ctx.simple_topic("t", 2);
     let result = ctx
         .bus()
-        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 3)]));
+        .provision(&ctx.manifest([TopicSpec::new(topic.clone(), 3)]));
     assert_err!(
         result,
         BusError::Conflict { topic: ref t, ref property, ref existing, ref requested, .. }
@@ -57,7 +57,7 @@ pub fn c01_provision_conflict_names_both_values(ctx: &mut Ctx) -> CaseResult {
         ),
     ] {
         assert_err!(
-            ctx.bus().provision(&Manifest::new([spec])),
+            ctx.bus().provision(&ctx.manifest([spec])),
             BusError::Conflict { property: ref p, .. } if p == property
         );
     }
@@ -77,7 +77,7 @@ pub fn c01_provision_conflict_names_both_values(ctx: &mut Ctx) -> CaseResult {
 pub fn c01_conflicting_manifest_creates_nothing(ctx: &mut Ctx) -> CaseResult {
     let topic = ctx.simple_topic("t", 1);
     let fresh = ctx.topic("fresh");
-    let manifest = Manifest::new([TopicSpec::new(fresh.clone(), 1), TopicSpec::new(topic, 4)]);
+    let manifest = ctx.manifest([TopicSpec::new(fresh.clone(), 1), TopicSpec::new(topic, 4)]);
     assert_err!(ctx.bus().provision(&manifest), BusError::Conflict { .. });
     assert_err!(ctx.bus().partitions(&fresh), BusError::UnknownTopic(_));
     Ok(())
@@ -109,7 +109,7 @@ pub fn c01_bad_manifests_name_the_field(ctx: &mut Ctx) -> CaseResult {
         ),
     ];
     for (spec, field) in cases {
-        let manifest = Manifest::new([TopicSpec::new(good.clone(), 1), spec.clone()]);
+        let manifest = ctx.manifest([TopicSpec::new(good.clone(), 1), spec.clone()]);
         let result = ctx.bus().provision(&manifest);
         assert_err!(result, BusError::InvalidArgument { field: ref f, .. } if f == field);
         assert_err!(ctx.bus().partitions(&good), BusError::UnknownTopic(_));
@@ -184,7 +184,7 @@ pub fn c01_provisioned_topics_survive_reopen(ctx: &mut Ctx) -> CaseResult {
     ctx.provision([TopicSpec::new(topic.clone(), 3)]);
     let result = ctx
         .bus()
-        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 4)]));
+        .provision(&ctx.manifest([TopicSpec::new(topic.clone(), 4)]));
     assert_err!(result, BusError::Conflict { .. });
     Ok(())
 }

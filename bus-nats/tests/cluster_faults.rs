@@ -1,0 +1,586 @@
+//! Issue 19: a three-node NATS cluster of the test's own (routes,
+//! JetStream on each node, `sync_interval: always`, fresh stores and ports),
+//! topics at replication factor 3, nodes killed with SIGKILL while eight
+//! threads publish with UIDs through one bus:
+//! - the stream leader killed: every acked record is stored exactly once at
+//!   its acked offset, offsets are gap-free, publishing resumes within the
+//!   operation timeout on the same bus, a retried publish returns the
+//!   original ack, and a live subscription sees every record once, in order;
+//! - a follower killed and restarted: nothing lost, nothing duplicated;
+//! - two of three killed: publishes fail within timeout + 1 s with a
+//!   transient error (never an ack), and succeed once one node is back.
+//!
+//! Each test prints one `cluster-fault` line with its figures.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bus_conformance::util::{assert_contiguous, fetch_all, poll_until};
+use bus_core::{
+    BusError, EventBus, Manifest, PublishAck, Selector, StartAt, SubscribeOptions, TopicSpec,
+};
+use bus_nats::{NatsBus, NatsOptions};
+use common::{free_port, server_binary_or_skip};
+use serde_json::json;
+
+/// Above the time nats-server takes to elect a new stream leader after a
+/// SIGKILL (its Raft election timeout is 4 to 9 s).
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// A UID whose publish was in flight at the kill stays "in process" on the
+/// new leader (JetStream error 10158) until past the operation timeout, so
+/// the publisher that sent it gets `Timeout` and goes on with its next
+/// record: publishing resumes within two timeouts, not one (README).
+const RESUME_LIMIT: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(60);
+const THREADS: usize = 8;
+const TOPIC: &str = "faults";
+const PREFIX: &str = "cf";
+
+/// Three nats-server processes; every one still running is killed on drop.
+struct Cluster {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+    client: [u16; 3],
+    route: [u16; 3],
+    nodes: [Option<Child>; 3],
+}
+
+impl Cluster {
+    fn start(binary: PathBuf) -> Self {
+        let mut cluster = Self {
+            binary,
+            dir: tempfile::tempdir().expect("cluster dir"),
+            client: [free_port(), free_port(), free_port()],
+            route: [free_port(), free_port(), free_port()],
+            nodes: [None, None, None],
+        };
+        for node in 0..3 {
+            cluster.spawn(node);
+        }
+        cluster
+    }
+
+    /// As scripts/nats-cluster.sh writes it.
+    fn config(&self, node: usize) -> PathBuf {
+        let store = self.dir.path().join(format!("n{node}"));
+        std::fs::create_dir_all(&store).expect("store dir");
+        let routes: String = (0..3)
+            .filter(|&other| other != node)
+            .map(|other| format!("nats-route://127.0.0.1:{}\n", self.route[other]))
+            .collect();
+        let text = format!(
+            "server_name: n{node}\nlisten: 127.0.0.1:{}\nmax_payload: 8MB\n\
+             jetstream {{\n store_dir: \"{}\"\n sync_interval: always\n}}\n\
+             cluster {{\n name: bus-faults\n listen: 127.0.0.1:{}\n routes: [\n{routes}]\n}}\n",
+            self.client[node],
+            store.display(),
+            self.route[node],
+        );
+        let path = self.dir.path().join(format!("n{node}.conf"));
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    fn spawn(&mut self, node: usize) {
+        let config = self.config(node);
+        let child = spawn_server(&self.binary, &config);
+        self.nodes[node] = Some(child);
+    }
+
+    /// SIGKILL, then reap.
+    fn kill(&mut self, node: usize) {
+        let mut child = self.nodes[node].take().expect("node is running");
+        child.kill().expect("kill -9");
+        child.wait().expect("reap");
+    }
+
+    fn url(&self) -> String {
+        self.client
+            .iter()
+            .map(|port| format!("nats://127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn node_named(name: &str) -> usize {
+        name.trim_start_matches('n')
+            .parse()
+            .expect("node name n0..n2")
+    }
+
+    /// The stream's leader and whether every replica is current, asked of a
+    /// running node.
+    fn stream_state(&self) -> Option<(usize, bool)> {
+        let urls: Vec<String> = (0..3)
+            .filter(|&node| self.nodes[node].is_some())
+            .map(|node| format!("nats://127.0.0.1:{}", self.client[node]))
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let client = async_nats::ConnectOptions::new()
+                .connection_timeout(Duration::from_secs(2))
+                .connect(urls)
+                .await
+                .ok()?;
+            let js = async_nats::jetstream::new(client);
+            let name = stream_of(&js).await?;
+            let mut stream = js.get_stream(&name).await.ok()?;
+            let info = stream.info().await.ok()?;
+            let cluster = info.cluster.clone()?;
+            let leader = Self::node_named(cluster.leader.as_deref()?);
+            let current = cluster.replicas.len() == 2
+                && cluster
+                    .replicas
+                    .iter()
+                    .all(|replica| replica.current && !replica.offline);
+            Some((leader, current))
+        })
+    }
+
+    /// How many streams the cluster holds.
+    fn stream_count(&self) -> usize {
+        let url = format!("nats://127.0.0.1:{}", self.client[0]);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            use futures::StreamExt;
+            let client = async_nats::connect(url).await.expect("raw connect");
+            async_nats::jetstream::new(client)
+                .stream_names()
+                .filter_map(|name| async move { name.ok() })
+                .count()
+                .await
+        })
+    }
+
+    fn wait_leader(&self) -> usize {
+        poll_until("a stream leader", WAIT, || {
+            self.stream_state().map(|(leader, _)| leader)
+        })
+    }
+
+    fn wait_all_current(&self) {
+        poll_until("every replica current", WAIT, || {
+            self.stream_state()
+                .and_then(|(_, current)| current.then_some(()))
+        });
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_server(binary: &Path, config: &Path) -> Child {
+    Command::new(binary)
+        .arg("-c")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nats-server")
+}
+
+async fn stream_of(js: &async_nats::jetstream::Context) -> Option<String> {
+    use futures::StreamExt;
+    let names: Vec<String> = js
+        .stream_names()
+        .filter_map(|name| async move { name.ok() })
+        .collect()
+        .await;
+    names
+        .into_iter()
+        .find(|name| name.starts_with(&format!("{PREFIX}_")))
+}
+
+/// The cluster up, one bus on all three seeds, the topic provisioned at
+/// replication factor 3 (retried until the meta group has a leader).
+fn setup(suite: &str) -> Option<(Cluster, NatsBus)> {
+    let binary = server_binary_or_skip(suite)?;
+    let cluster = Cluster::start(binary);
+    let options = NatsOptions::from_url(&cluster.url())
+        .expect("url")
+        .prefix(PREFIX)
+        .timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT);
+    let bus = poll_until("the cluster to accept a bus", WAIT, || {
+        NatsBus::connect_with(options.clone()).ok()
+    });
+    let manifest = Manifest::new([TopicSpec::new(TOPIC, 1).with_replication_factor(3)]);
+    poll_until("provisioning at replication factor 3", WAIT, || {
+        bus.provision(&manifest).ok()
+    });
+    cluster.wait_all_current();
+    Some((cluster, bus))
+}
+
+/// One acknowledged publish.
+#[derive(Debug, Clone)]
+struct Acked {
+    thread: usize,
+    seq: usize,
+    ack: PublishAck,
+    /// When the successful call started and ended.
+    started: Instant,
+    ended: Instant,
+}
+
+#[derive(Default)]
+struct Log {
+    acked: Vec<Acked>,
+    /// Failed calls: how long each took.
+    failures: Vec<Duration>,
+}
+
+fn uid(thread: usize, seq: usize) -> String {
+    format!("t{thread}-{seq}")
+}
+
+fn publish_until_acked(bus: &NatsBus, thread: usize, seq: usize, log: &Mutex<Log>) {
+    let value = json!({ "t": thread, "i": seq });
+    let first = Instant::now();
+    loop {
+        let started = Instant::now();
+        match bus.publish_idempotent(TOPIC, &format!("k{thread}"), &value, &uid(thread, seq)) {
+            Ok(ack) => {
+                let ended = Instant::now();
+                lock(log).acked.push(Acked {
+                    thread,
+                    seq,
+                    ack,
+                    started,
+                    ended,
+                });
+                return;
+            }
+            Err(error) => {
+                let took = started.elapsed();
+                assert!(
+                    error.is_transient(),
+                    "publish {} failed with a non-transient error: {error}",
+                    uid(thread, seq)
+                );
+                assert!(
+                    took <= TIMEOUT + Duration::from_secs(1),
+                    "a failed publish took {took:?} (> timeout + 1 s): {error}"
+                );
+                lock(log).failures.push(took);
+                assert!(
+                    first.elapsed() < WAIT,
+                    "{} not acked within {WAIT:?}",
+                    uid(thread, seq)
+                );
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Eight publisher threads on one bus until `stop`; `during` runs meanwhile.
+fn with_publishers(bus: &NatsBus, during: impl FnOnce(&Mutex<Log>)) -> Log {
+    let log = Mutex::new(Log::default());
+    let stop = AtomicBool::new(false);
+    thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (log, stop) = (&log, &stop);
+            scope.spawn(move || {
+                let mut seq = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    publish_until_acked(bus, thread, seq, log);
+                    seq += 1;
+                }
+            });
+        }
+        let guard = StopOnDrop(&stop);
+        during(&log);
+        drop(guard);
+    });
+    log.into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn wait_acks(log: &Mutex<Log>, more_than: usize, what: &str) {
+    poll_until(what, WAIT, || {
+        (lock(log).acked.len() > more_than).then_some(())
+    });
+}
+
+/// Every acked record stored exactly once at its acked offset, offsets
+/// gap-free; returns (checked, lost, duplicated, stored).
+fn check_stored(bus: &NatsBus, log: &Log) -> (usize, usize, usize, usize) {
+    let events = fetch_all(bus, TOPIC, 0, 0);
+    assert_contiguous(&events);
+    let mut seen: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    for event in &events {
+        let id = (
+            event.value["t"].as_u64().expect("t"),
+            event.value["i"].as_u64().expect("i"),
+        );
+        seen.entry(id).or_default().push(event.offset);
+    }
+    let duplicated = seen.values().filter(|offsets| offsets.len() > 1).count();
+    let mut lost = 0;
+    for acked in &log.acked {
+        match seen.get(&(acked.thread as u64, acked.seq as u64)) {
+            Some(offsets) => assert_eq!(
+                offsets[0],
+                acked.ack.offset,
+                "{} stored at another offset than acked",
+                uid(acked.thread, acked.seq)
+            ),
+            None => lost += 1,
+        }
+    }
+    (log.acked.len(), lost, duplicated, events.len())
+}
+
+fn report(test: &str, fields: &str) {
+    eprintln!("cluster-fault nats {test}: {fields}");
+}
+
+#[test]
+fn leader_killed_under_load() {
+    let Some((mut cluster, bus)) = setup("cluster_faults") else {
+        return;
+    };
+    let leader = cluster.wait_leader();
+    let mut subscription = bus
+        .subscribe(
+            TOPIC,
+            Selector::Partition(0),
+            StartAt::Beginning,
+            SubscribeOptions::default(),
+        )
+        .expect("subscribe");
+    let mut killed_at = None;
+    let log = with_publishers(&bus, |log| {
+        wait_acks(log, 400, "400 acks before the kill");
+        cluster.kill(leader);
+        let at = Instant::now();
+        killed_at = Some(at);
+        let before = lock(log).acked.len();
+        wait_acks(log, before + 400, "400 acks after the kill");
+    });
+    let killed_at = killed_at.expect("killed");
+    // Time to resume: the first ack of a call started after the kill.
+    let resumed = log
+        .acked
+        .iter()
+        .filter(|acked| acked.started >= killed_at)
+        .map(|acked| acked.ended - killed_at)
+        .min()
+        .expect("acks after the kill");
+    let longest_gap = {
+        let mut ends: Vec<Instant> = log.acked.iter().map(|acked| acked.ended).collect();
+        ends.sort();
+        ends.windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .max()
+            .unwrap_or_default()
+    };
+    let new_leader = cluster.wait_leader();
+    assert_ne!(new_leader, leader, "the killed node still leads");
+    // Dedup across the failover: retrying acked UIDs returns the first ack.
+    for acked in log.acked.iter().step_by(37) {
+        let again = bus
+            .publish_idempotent(
+                TOPIC,
+                &format!("k{}", acked.thread),
+                &json!({ "t": acked.thread, "i": acked.seq }),
+                &uid(acked.thread, acked.seq),
+            )
+            .expect("retry");
+        assert_eq!(again, acked.ack, "a retry after the failover");
+    }
+    let (checked, lost, duplicated, stored) = check_stored(&bus, &log);
+    // The live subscription: every stored record once, in order.
+    let mut next = 0_u64;
+    let mut errors = 0;
+    let until = Instant::now() + WAIT;
+    while next < stored as u64 {
+        assert!(
+            Instant::now() < until,
+            "the subscription delivered {next} of {stored} records in {WAIT:?} \
+             ({errors} transient errors)"
+        );
+        match subscription.recv_timeout(Duration::from_millis(200)) {
+            Ok(Some(item)) => {
+                let event = item.event().expect("no lag without max_lag");
+                assert_eq!(event.offset, next, "subscription gap or duplicate");
+                next += 1;
+            }
+            Ok(None) => {}
+            Err(error) => {
+                assert!(error.is_transient(), "subscription error: {error}");
+                eprintln!("subscription error: {error}");
+                errors += 1;
+            }
+        }
+    }
+    report(
+        "leader_killed_under_load",
+        &format!(
+            "threads {THREADS}, acked checked {checked}, stored {stored}, lost {lost}, \
+             duplicated {duplicated}, failed calls {}, time to resume {resumed:?}, longest ack gap \
+             {longest_gap:?}, subscription delivered {next} (gap 0, dup 0, transient errors {errors})",
+            log.failures.len()
+        ),
+    );
+
+    assert_eq!((lost, duplicated), (0, 0));
+    assert!(
+        resumed <= RESUME_LIMIT,
+        "publishing resumed {resumed:?} after the kill"
+    );
+}
+
+#[test]
+fn follower_killed_and_restarted() {
+    let Some((mut cluster, bus)) = setup("cluster_faults") else {
+        return;
+    };
+    let leader = cluster.wait_leader();
+    let follower = (leader + 1) % 3;
+    let mut restarted_in = Duration::ZERO;
+    let log = with_publishers(&bus, |log| {
+        wait_acks(log, 200, "200 acks before the kill");
+        cluster.kill(follower);
+        let before = lock(log).acked.len();
+        wait_acks(log, before + 200, "200 acks with a follower down");
+        let at = Instant::now();
+        cluster.spawn(follower);
+        cluster.wait_all_current();
+        restarted_in = at.elapsed();
+        let before = lock(log).acked.len();
+        wait_acks(log, before + 200, "200 acks after the restart");
+    });
+    let (checked, lost, duplicated, stored) = check_stored(&bus, &log);
+    report(
+        "follower_killed_and_restarted",
+        &format!(
+            "acked checked {checked}, stored {stored}, lost {lost}, duplicated {duplicated}, \
+             failed calls {}, follower current again after {restarted_in:?}",
+            log.failures.len()
+        ),
+    );
+    assert_eq!((lost, duplicated), (0, 0));
+}
+
+#[test]
+fn two_of_three_killed() {
+    let Some((mut cluster, bus)) = setup("cluster_faults") else {
+        return;
+    };
+    let leader = cluster.wait_leader();
+    let value = json!({ "t": 99, "i": 0 });
+    bus.publish_idempotent(TOPIC, "k", &value, "before")
+        .expect("publish before");
+    cluster.kill(leader);
+    cluster.kill((leader + 1) % 3);
+    let mut slowest = Duration::ZERO;
+    for attempt in 0..2 {
+        let started = Instant::now();
+        let result =
+            bus.publish_idempotent(TOPIC, "k", &json!({ "t": 99, "i": 1 }), "during-outage");
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        match result {
+            Err(error) => {
+                assert!(error.is_transient(), "attempt {attempt}: {error}");
+                assert!(
+                    matches!(
+                        error,
+                        BusError::Unavailable { .. } | BusError::Timeout { .. }
+                    ),
+                    "attempt {attempt}: {error:?}"
+                );
+            }
+            Ok(ack) => panic!("acked {ack:?} with two of three nodes down"),
+        }
+        assert!(
+            took <= TIMEOUT + Duration::from_secs(1),
+            "attempt {attempt} took {took:?}"
+        );
+    }
+    let back = Instant::now();
+    cluster.spawn(leader);
+    let ack = poll_until("a publish once one node is back", WAIT, || {
+        bus.publish_idempotent(TOPIC, "k", &json!({ "t": 99, "i": 1 }), "during-outage")
+            .ok()
+    });
+    let recovered = back.elapsed();
+    let events = fetch_all(&bus, TOPIC, 0, 0);
+    assert_contiguous(&events);
+    let stored = events
+        .iter()
+        .filter(|event| event.value == json!({ "t": 99, "i": 1 }))
+        .count();
+    assert_eq!(stored, 1, "the refused UID is stored once after recovery");
+    assert_eq!(events.last().map(|event| event.offset), Some(ack.offset));
+    report(
+        "two_of_three_killed",
+        &format!(
+            "2 publishes refused (slowest {slowest:?}, limit {:?}), acked again {recovered:?} \
+             after one node restarted, stored {} (lost 0, duplicated 0)",
+            TIMEOUT + Duration::from_secs(1),
+            events.len()
+        ),
+    );
+}
+
+#[test]
+fn replication_factor_larger_than_the_cluster() {
+    let Some((cluster, bus)) = setup("cluster_faults") else {
+        return;
+    };
+    assert_eq!(
+        bus.capabilities().ack_durability,
+        bus_core::AckDurability::Unknown
+    );
+    let result = bus.provision(&Manifest::new([
+        TopicSpec::new("rf-good", 2),
+        TopicSpec::new("rf-big", 2).with_replication_factor(4),
+    ]));
+    assert!(
+        matches!(&result, Err(BusError::InvalidArgument { field, .. })
+            if field == "topics[1].replication_factor"),
+        "{result:?}"
+    );
+    let topics = bus.topics();
+    assert!(
+        !topics.iter().any(|name| name.starts_with("rf-")),
+        "created {topics:?}"
+    );
+    assert_eq!(cluster.stream_count(), 1, "only the setup's stream exists");
+}
