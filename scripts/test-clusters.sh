@@ -11,8 +11,10 @@
 #   (with BUS_KAFKA_FAULTS=1 also the ignored Kafka leader-kill test, which
 #   starts a cluster of its own and fails today: see README)
 #   3. the NATS fault tests (bus-nats/tests/cluster_faults.rs), which start
-#      and kill clusters of their own on free ports (skipped with
-#      BUS_CLUSTER_FAULTS=0: CI runs them already in scripts/test.sh).
+#      and kill clusters of their own on free ports, the ignored leader-kill
+#      test included (skipped with BUS_CLUSTER_FAULTS=0: CI runs the others
+#      in scripts/test.sh; the leader-kill one is not yet reliable enough
+#      for CI, see README "Clusters and durability").
 # The cluster it starts is stopped and wiped on exit. Extra args go to cargo test.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,7 +46,7 @@ if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
 fi
 tk=$(date +%s)
 if [ "${BUS_CLUSTER_FAULTS:-1}" != 0 ]; then
-  cargo test -p bus-nats --test cluster_faults "$@" -- --test-threads 1 --nocapture
+  cargo test -p bus-nats --test cluster_faults "$@" -- --include-ignored --test-threads 1 --nocapture
 fi
 t2=$(date +%s)
 echo "test-clusters.sh: NATS cluster suite $((t1 - t0)) s, Kafka cluster suite $((tk - t1)) s, NATS fault tests $((t2 - tk)) s" >&2

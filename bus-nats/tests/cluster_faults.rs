@@ -370,6 +370,7 @@ fn report(test: &str, fields: &str) {
 }
 
 #[test]
+#[ignore = "run by scripts/test-clusters.sh: resumes only after two timeouts, and its live subscription stalled once in about five runs (issue 19 note)"]
 fn leader_killed_under_load() {
     let Some((mut cluster, bus)) = setup("cluster_faults") else {
         return;
