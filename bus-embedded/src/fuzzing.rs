@@ -40,6 +40,10 @@ pub struct DecodedRecord {
 /// A frame whose checksum verified and whose records parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedFrame {
+    /// Format version (1: before batches were split; 2: with frame flags).
+    pub version: u8,
+    /// More frames of the same batch follow.
+    pub continued: bool,
     /// Offset of the first record.
     pub base: u64,
     /// Records announced by the header.
@@ -55,8 +59,19 @@ pub struct DecodedFrame {
 /// Bytes before a frame's checksummed body.
 pub const FRAME_PREFIX: usize = PREFIX;
 
-/// Encodes one frame the way the partition writer does.
+/// Encodes one (closing) frame the way the partition writer does.
 pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, String> {
+    encode_frame_as(frame::VERSION, false, base, stored_at, records)
+}
+
+/// Encodes one frame of format `version`, marked `continued` or not.
+pub fn encode_frame_as(
+    version: u8,
+    continued: bool,
+    base: u64,
+    stored_at: u64,
+    records: &[Record],
+) -> Result<Vec<u8>, String> {
     let records: Vec<NewRecord> = records
         .iter()
         .map(|r| NewRecord {
@@ -66,7 +81,16 @@ pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec
             value: r.value.clone(),
         })
         .collect();
-    frame::encode(base, stored_at, &records.iter().collect::<Vec<_>>())
+    let mut out = Vec::new();
+    frame::encode_into(
+        &mut out,
+        version,
+        continued,
+        base,
+        stored_at,
+        &records.iter().collect::<Vec<_>>(),
+    )?;
+    Ok(out)
 }
 
 /// Decodes the frame at the start of `bytes`, reading as much body as its
@@ -83,6 +107,8 @@ pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
         .ok_or("body cut short")?;
     let decoded = frame::decode(&prefix, body).map_err(|fault| fault.to_string())?;
     Ok(DecodedFrame {
+        version: decoded.version,
+        continued: decoded.continued,
         base: decoded.base,
         count: decoded.count,
         stored_at: decoded.stored_at,

@@ -164,55 +164,85 @@ pub(crate) fn scan_to_mark(
     };
     let mut reader = FrameReader::new(file, 0, file_len);
     let mut last_indexed: Option<u64> = None;
+    // The frames of a batch whose closing frame is not read yet: they
+    // count only once it verifies.
+    let mut staged = Scan {
+        end: base,
+        ..Scan::default()
+    };
+    let mut batch_at: Option<u64> = None;
     loop {
         let pos = reader.pos();
-        if mark == Some(pos) {
+        if mark == Some(pos) && batch_at.is_none() {
             out.end_at_mark = Some(out.end);
         }
         let Some(next) = reader.next_frame()? else {
             break;
         };
         let fault = match next {
-            Ok(frame) if frame.base != out.end || frame.count == 0 => {
+            Ok(frame) if frame.base != staged.end || frame.count == 0 => {
                 Some(Fault::Malformed(format!(
                     "frame starts at offset {} where {} was expected",
-                    frame.base, out.end
+                    frame.base, staged.end
                 )))
             }
             Ok(frame) => {
                 if last_indexed.is_none_or(|last| pos - last >= index_interval) {
-                    out.index.push((frame.base, pos));
+                    staged.index.push((frame.base, pos));
                     last_indexed = Some(pos);
                 }
                 for (i, record) in frame.records().enumerate() {
                     if let Some(uid) = record.uid {
                         let uid = String::from_utf8_lossy(uid).into_owned();
-                        out.uids.push((uid, frame.base + i as u64));
+                        staged.uids.push((uid, frame.base + i as u64));
                     }
                 }
-                out.max_ts = out.max_ts.max(frame.stored_at);
-                out.min_ts = Some(
-                    out.min_ts
+                staged.max_ts = staged.max_ts.max(frame.stored_at);
+                staged.min_ts = Some(
+                    staged
+                        .min_ts
                         .map_or(frame.stored_at, |t| t.min(frame.stored_at)),
                 );
-                out.end = frame.end();
+                staged.end = frame.end();
+                if frame.continued {
+                    batch_at.get_or_insert(pos);
+                } else {
+                    batch_at = None;
+                    out.index.append(&mut staged.index);
+                    out.uids.append(&mut staged.uids);
+                    out.max_ts = out.max_ts.max(staged.max_ts);
+                    out.min_ts = match (out.min_ts, staged.min_ts) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    out.end = staged.end;
+                    out.valid_len = reader.pos();
+                }
                 None
             }
             Err(fault) => Some(fault),
         };
         let Some(fault) = fault else {
-            out.valid_len = reader.pos();
             continue;
         };
         // A frame that verifies further on proves the bad one was written
         // (and acked) before it: damage, not a torn tail.
-        out.resumes = next_verified_frame(file, pos + 1, file_len, out.end)?.is_some();
+        out.resumes = next_verified_frame(file, pos + 1, file_len, staged.end)?.is_some();
         out.torn = !out.resumes
             && (fault == Fault::Short
                 || frame_reaches_end(file, pos, file_len)?
                 || ends_with_zero(file, file_len)?);
         out.fault = Some((pos, fault.to_string()));
-        break;
+        return Ok(out);
+    }
+    // The file ends inside a batch: its closing frame was never written,
+    // so none of it was acked.
+    if let Some(pos) = batch_at {
+        out.torn = true;
+        out.fault = Some((
+            pos,
+            "batch cut short: its closing frame is missing".to_owned(),
+        ));
     }
     Ok(out)
 }
