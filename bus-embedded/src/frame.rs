@@ -13,6 +13,7 @@
 //! base: u64       offset of the first record
 //! count: u32      records in the frame
 //! stored_at: u64  epoch ms the batch was written
+//! lead: u32       version 2 only: records of the batch before this frame
 //! count × { flags: u8, key_len: u32, key, [uid_len: u32, uid], [tag_len: u16, tag], value_len: u32, value }
 //! ```
 //! All integers are little-endian. Values are stored as the JSON bytes
@@ -22,8 +23,8 @@
 pub(crate) const PREFIX: usize = 8;
 /// Fixed part of a version-1 body.
 const BODY_HEADER_V1: usize = 2 + 8 + 4 + 8;
-/// Fixed part of a version-2 body (the frame flags byte added).
-const BODY_HEADER: usize = BODY_HEADER_V1 + 1;
+/// Fixed part of a version-2 body (the frame flags and lead added).
+const BODY_HEADER: usize = BODY_HEADER_V1 + 1 + 4;
 const MAGIC: u8 = 0xB5;
 /// Written by versions before batches were split: no frame flags.
 pub(crate) const VERSION_1: u8 = 1;
@@ -64,6 +65,8 @@ pub(crate) struct Frame<'a> {
     pub version: u8,
     /// More frames of the same batch follow.
     pub continued: bool,
+    /// Records of the same batch in the frames before this one.
+    pub lead: u32,
     pub base: u64,
     pub count: u32,
     pub stored_at: u64,
@@ -95,7 +98,7 @@ pub(crate) fn checked_body_len<'r>(
 #[cfg(test)]
 pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    encode_into(&mut out, VERSION, false, base, stored_at, records)?;
+    encode_into(&mut out, VERSION, false, 0, base, stored_at, records)?;
     Ok(out)
 }
 
@@ -124,30 +127,33 @@ pub(crate) fn encode_batch(
         }
         let (chunk, tail) = rest.split_at(take);
         frames.push((next, out.len() as u64));
-        encode_into(&mut out, VERSION, !tail.is_empty(), next, stored_at, chunk)?;
+        let lead = u32::try_from(next - base).map_err(|_| "too many records in one batch")?;
+        encode_into(&mut out, VERSION, !tail.is_empty(), lead, next, stored_at, chunk)?;
         next += take as u64;
         rest = tail;
     }
     Ok((out, frames))
 }
 
-/// Appends one frame to `out` (version 1 cannot be continued).
+/// Appends one frame to `out` (a version-1 frame cannot be continued nor
+/// have a lead).
 pub(crate) fn encode_into(
     out: &mut Vec<u8>,
     version: u8,
     continued: bool,
+    lead: u32,
     base: u64,
     stored_at: u64,
     records: &[&NewRecord],
 ) -> Result<(), String> {
     let header = match version {
-        VERSION_1 if !continued => BODY_HEADER_V1,
+        VERSION_1 if !continued && lead == 0 => BODY_HEADER_V1,
         VERSION => BODY_HEADER,
         _ => return Err(format!("cannot encode frame version {version}")),
     };
     let len = checked_body_len(records.iter().copied())?;
-    // A version-1 header lacks the flags byte.
-    let len = if header == BODY_HEADER { len } else { len - 1 };
+    // A version-1 header lacks the flags and the lead.
+    let len = if header == BODY_HEADER { len } else { len - 5 };
     let count = u32::try_from(records.len()).map_err(|_| "too many records in one batch")?;
     let start = out.len();
     out.reserve(PREFIX + usize::try_from(len).unwrap_or_default());
@@ -160,6 +166,9 @@ pub(crate) fn encode_into(
     out.extend_from_slice(&base.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&stored_at.to_le_bytes());
+    if version == VERSION {
+        out.extend_from_slice(&lead.to_le_bytes());
+    }
     for record in records {
         let flags = if record.uid.is_some() { HAS_UID } else { 0 }
             | if record.tag.is_some() { HAS_TAG } else { 0 };
@@ -251,7 +260,12 @@ pub(crate) fn decode<'a>(prefix: &[u8; PREFIX], body: &'a [u8]) -> Result<Frame<
         [MAGIC, version, ..] => (*version, base_at(*version)),
         _ => (0, None),
     };
-    let Some(at) = at.filter(|at| body.len() >= at + 20) else {
+    let header = if version == VERSION {
+        BODY_HEADER
+    } else {
+        BODY_HEADER_V1
+    };
+    let Some(at) = at.filter(|_| body.len() >= header) else {
         return Err(Fault::Malformed("bad header".to_owned()));
     };
     let flags = if version == VERSION { body[2] } else { 0 };
@@ -261,10 +275,15 @@ pub(crate) fn decode<'a>(prefix: &[u8; PREFIX], body: &'a [u8]) -> Result<Frame<
     let frame = Frame {
         version,
         continued: flags & CONTINUED != 0,
+        lead: if version == VERSION {
+            u32_at(body, at + 20)
+        } else {
+            0
+        },
         base: u64_at(body, at),
         count: u32_at(body, at + 8),
         stored_at: u64_at(body, at + 12),
-        records: &body[at + 20..],
+        records: &body[header..],
     };
     // Walk the records once so later iteration cannot fail on structure.
     let mut records = frame.records();
@@ -290,6 +309,11 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 }
 
 impl<'a> Frame<'a> {
+    /// The offset of its batch's first record.
+    pub fn batch_base(&self) -> u64 {
+        self.base.saturating_sub(u64::from(self.lead))
+    }
+
     /// The offset after the frame's last record.
     pub fn end(&self) -> u64 {
         self.base.saturating_add(u64::from(self.count))
@@ -439,6 +463,7 @@ mod tests {
             assert_eq!(frame.base, next);
             assert_eq!(positions[i].0, next);
             assert_eq!(frame.continued, i + 1 < frames.len());
+            assert_eq!(frame.batch_base(), 10);
             assert!(frame.count as usize <= FRAME_RECORDS);
             next = frame.end();
         }
@@ -459,11 +484,12 @@ mod tests {
         let records = numbered(2, 10);
         let refs: Vec<&NewRecord> = records.iter().collect();
         let mut v1 = Vec::new();
-        encode_into(&mut v1, VERSION_1, false, 7, 99, &refs).unwrap();
+        encode_into(&mut v1, VERSION_1, false, 0, 7, 99, &refs).unwrap();
         assert_eq!(v1[PREFIX + 1], 1);
-        assert!(encode_into(&mut Vec::new(), VERSION_1, true, 7, 99, &refs).is_err());
+        assert!(encode_into(&mut Vec::new(), VERSION_1, true, 0, 7, 99, &refs).is_err());
+        assert!(encode_into(&mut Vec::new(), VERSION_1, false, 1, 7, 99, &refs).is_err());
         let v2 = encode(7, 99, &refs).unwrap();
-        assert_eq!(v2.len(), v1.len() + 1);
+        assert_eq!(v2.len(), v1.len() + 5);
         let frame = decode_all(&v1)[0];
         assert_eq!(
             (frame.version, frame.continued, frame.base, frame.count),

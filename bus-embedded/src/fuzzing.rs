@@ -44,6 +44,8 @@ pub struct DecodedFrame {
     pub version: u8,
     /// More frames of the same batch follow.
     pub continued: bool,
+    /// Records of the batch in the frames before this one.
+    pub lead: u32,
     /// Offset of the first record.
     pub base: u64,
     /// Records announced by the header.
@@ -61,13 +63,15 @@ pub const FRAME_PREFIX: usize = PREFIX;
 
 /// Encodes one (closing) frame the way the partition writer does.
 pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, String> {
-    encode_frame_as(frame::VERSION, false, base, stored_at, records)
+    encode_frame_as(frame::VERSION, false, 0, base, stored_at, records)
 }
 
-/// Encodes one frame of format `version`, marked `continued` or not.
+/// Encodes one frame of format `version`, marked `continued` or not, the
+/// batch holding `lead` records before it.
 pub fn encode_frame_as(
     version: u8,
     continued: bool,
+    lead: u32,
     base: u64,
     stored_at: u64,
     records: &[Record],
@@ -86,6 +90,7 @@ pub fn encode_frame_as(
         &mut out,
         version,
         continued,
+        lead,
         base,
         stored_at,
         &records.iter().collect::<Vec<_>>(),
@@ -109,6 +114,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
     Ok(DecodedFrame {
         version: decoded.version,
         continued: decoded.continued,
+        lead: decoded.lead,
         base: decoded.base,
         count: decoded.count,
         stored_at: decoded.stored_at,

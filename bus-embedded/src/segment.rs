@@ -226,10 +226,18 @@ pub(crate) fn scan_to_mark(
             continue;
         };
         // A frame that verifies further on proves the bad one was written
-        // (and acked) before it: damage, not a torn tail.
-        out.resumes = next_verified_frame(file, pos + 1, file_len, staged.end)?.is_some();
+        // (and acked) before it: damage, not a torn tail. Except the rest
+        // of the bad frame's own batch, when nothing follows that batch:
+        // the pages of its one write reach the disk in any order.
+        let after = next_verified_frame(file, pos + 1, file_len, staged.end)?;
+        let torn_batch = match after {
+            Some((at, _)) => batch_ends_log(file, at, file_len, out.end)?,
+            None => false,
+        };
+        out.resumes = after.is_some() && !torn_batch;
         out.torn = !out.resumes
-            && (fault == Fault::Short
+            && (torn_batch
+                || fault == Fault::Short
                 || frame_reaches_end(file, pos, file_len)?
                 || ends_with_zero(file, file_len)?);
         out.fault = Some((pos, fault.to_string()));
@@ -245,6 +253,39 @@ pub(crate) fn scan_to_mark(
         ));
     }
     Ok(out)
+}
+
+/// Whether the verified frames from `at` on (past damage) are only the
+/// later frames of the batch starting at offset `batch_base`, and nothing
+/// verifies after them: then the damage is that batch torn by a crash in
+/// its write, not a frame acked before others.
+fn batch_ends_log(file: &File, mut at: u64, end: u64, batch_base: u64) -> std::io::Result<bool> {
+    loop {
+        let mut reader = FrameReader::new(file, at, end);
+        let bad = loop {
+            let pos = reader.pos();
+            let Some(next) = reader.next_frame()? else {
+                // The batch's closing frame never verified.
+                return Ok(true);
+            };
+            match next {
+                Ok(frame) if frame.lead > 0 && frame.batch_base() == batch_base => {
+                    if !frame.continued {
+                        let after = frame.end();
+                        let pos = reader.pos();
+                        return Ok(next_verified_frame(file, pos, end, after)?.is_none());
+                    }
+                }
+                // A frame of another batch: the torn one was complete before it.
+                Ok(_) => return Ok(false),
+                Err(_) => break pos,
+            }
+        };
+        match next_verified_frame(file, bad + 1, end, batch_base)? {
+            Some((next, _)) => at = next,
+            None => return Ok(true),
+        }
+    }
 }
 
 /// Whether the file's last byte is zero. A frame never ends in one (its

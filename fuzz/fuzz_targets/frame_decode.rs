@@ -31,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
         let again = fuzzing::encode_frame_as(
             frame.version,
             frame.continued,
+            frame.lead,
             frame.base,
             frame.stored_at,
             &records,
