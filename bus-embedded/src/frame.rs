@@ -98,13 +98,14 @@ pub(crate) fn checked_body_len<'r>(
 #[cfg(test)]
 pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    encode_into(&mut out, VERSION, false, 0, base, stored_at, records)?;
+    encode_into(&mut out, VERSION_1, false, 0, base, stored_at, records)?;
     Ok(out)
 }
 
 /// Encodes a batch starting at offset `base` as frames of bounded size,
 /// all but the last marked continued; returns the bytes and each frame's
-/// `(base offset, position in the bytes)`.
+/// `(base offset, position in the bytes)`. A batch that fits one frame is
+/// written as version 1, which has no flags or lead to say (5 bytes less).
 pub(crate) fn encode_batch(
     base: u64,
     stored_at: u64,
@@ -128,7 +129,12 @@ pub(crate) fn encode_batch(
         let (chunk, tail) = rest.split_at(take);
         frames.push((next, out.len() as u64));
         let lead = u32::try_from(next - base).map_err(|_| "too many records in one batch")?;
-        encode_into(&mut out, VERSION, !tail.is_empty(), lead, next, stored_at, chunk)?;
+        let version = if lead == 0 && tail.is_empty() {
+            VERSION_1
+        } else {
+            VERSION
+        };
+        encode_into(&mut out, version, !tail.is_empty(), lead, next, stored_at, chunk)?;
         next += take as u64;
         rest = tail;
     }
@@ -488,7 +494,9 @@ mod tests {
         assert_eq!(v1[PREFIX + 1], 1);
         assert!(encode_into(&mut Vec::new(), VERSION_1, true, 0, 7, 99, &refs).is_err());
         assert!(encode_into(&mut Vec::new(), VERSION_1, false, 1, 7, 99, &refs).is_err());
-        let v2 = encode(7, 99, &refs).unwrap();
+        assert_eq!(v1, encode(7, 99, &refs).unwrap());
+        let mut v2 = Vec::new();
+        encode_into(&mut v2, VERSION, false, 0, 7, 99, &refs).unwrap();
         assert_eq!(v2.len(), v1.len() + 5);
         let frame = decode_all(&v1)[0];
         assert_eq!(
@@ -504,7 +512,8 @@ mod tests {
     #[test]
     fn unknown_frame_flags_are_malformed() {
         let records = numbered(1, 10);
-        let mut bytes = encode(0, 1, &[&records[0]]).unwrap();
+        let mut bytes = Vec::new();
+        encode_into(&mut bytes, VERSION, false, 0, 0, 1, &[&records[0]]).unwrap();
         bytes[PREFIX + 2] = 0x80;
         let crc = crc32c::crc32c(&bytes[PREFIX..]);
         bytes[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -527,7 +536,7 @@ mod tests {
             value: br#"{"n":0}"#.to_vec(),
         };
         let mut bytes = encode(0, 1, &[&record]).unwrap();
-        let flags_at = PREFIX + BODY_HEADER;
+        let flags_at = PREFIX + BODY_HEADER_V1;
         assert_eq!(bytes[flags_at], HAS_UID);
         bytes[flags_at] = 0xA5;
         let crc = crc32c::crc32c(&bytes[PREFIX..]);

@@ -63,7 +63,7 @@ pub const FRAME_PREFIX: usize = PREFIX;
 
 /// Encodes one (closing) frame the way the partition writer does.
 pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, String> {
-    encode_frame_as(frame::VERSION, false, 0, base, stored_at, records)
+    encode_frame_as(frame::VERSION_1, false, 0, base, stored_at, records)
 }
 
 /// Encodes one frame of format `version`, marked `continued` or not, the
