@@ -108,16 +108,55 @@ impl Known {
     }
 }
 
+/// How far a segment's bytes are known to hold whole acked frames.
+#[derive(Debug, Clone, Copy)]
+enum Complete {
+    /// Nothing is known: a frame that is incomplete or does not follow may
+    /// be one the writer has not finished.
+    Unknown,
+    /// The first `n` bytes: the writer's acked end, or the whole of a
+    /// segment that precedes the acked one. A frame starting below it that
+    /// does not verify is damage to acked records.
+    Upto(u64),
+}
+
+impl Complete {
+    fn of(limit: Limit, base: u64) -> Self {
+        match limit {
+            // An Interval writer marks no acked end (every whole frame is
+            // shown, a torn one may be its unfinished write).
+            Limit::Whole | Limit::Acked { base: u64::MAX, .. } => Self::Unknown,
+            Limit::Acked { base: acked, .. } if base < acked => Self::Upto(u64::MAX),
+            Limit::Acked { base: acked, len } if base == acked => Self::Upto(len),
+            Limit::Acked { .. } => Self::Unknown,
+        }
+    }
+}
+
 /// The whole frames of `file` past what is `known`, up to `limit` bytes:
 /// where a frame is incomplete or does not follow, the writer has not
-/// finished it (or it is damage, which the writer reports when it opens).
-fn read_tail(file: &File, known: Known, limit: u64, interval: u64) -> std::io::Result<Tail> {
+/// finished it, unless it starts where the bytes are known `complete`:
+/// then it is damage, `Corrupt` naming the segment and offset (as the
+/// writer's open would report it).
+fn read_tail(
+    path: &Path,
+    file: &File,
+    known: Known,
+    limit: u64,
+    complete: Complete,
+    interval: u64,
+) -> Result<Tail, BusError> {
     let mut tail = Tail {
         end: known.end,
         len: known.len,
         ..Tail::default()
     };
-    let end = limit.min(file.metadata()?.len());
+    let file_len = file.metadata()?.len();
+    let end = limit.min(file_len);
+    let complete = match complete {
+        Complete::Unknown => 0,
+        Complete::Upto(n) => n.min(file_len),
+    };
     if end <= known.len {
         return Ok(tail);
     }
@@ -146,6 +185,15 @@ fn read_tail(file: &File, known: Known, limit: u64, interval: u64) -> std::io::R
                     uids,
                     frame.continued,
                 )
+            }
+            Some(Ok(_)) | Some(Err(_)) | None if pos < complete.min(end) => {
+                return Err(BusError::Corrupt {
+                    location: path.display().to_string(),
+                    offset: tail.end,
+                    reason: format!(
+                        "no whole frame at byte {pos}, below the {complete} bytes the writer acked"
+                    ),
+                });
             }
             _ => return Ok(tail),
         };
@@ -177,8 +225,9 @@ fn load_sealed(
     dir: &Path,
     base: u64,
     file: &File,
+    complete: Complete,
     interval: u64,
-) -> std::io::Result<(SegmentIndex, Vec<(String, u64)>)> {
+) -> Result<(SegmentIndex, Vec<(String, u64)>), BusError> {
     let log_len = file.metadata()?.len();
     let index = index::read_hint(&segment::path(dir, base, IDX))
         .and_then(|bytes| index::decode_index(&bytes, base, log_len));
@@ -188,7 +237,15 @@ fn load_sealed(
     {
         return Ok((index, uids));
     }
-    let tail = read_tail(file, Known::empty(base), u64::MAX, interval)?;
+    let path = segment::path(dir, base, LOG);
+    let tail = read_tail(
+        &path,
+        file,
+        Known::empty(base),
+        u64::MAX,
+        complete,
+        interval,
+    )?;
     let index = SegmentIndex {
         entries: tail.entries,
         end: tail.end,
@@ -245,7 +302,7 @@ impl Partition {
 
     /// Reads the active segment's new frames.
     fn grow_active(&self, limit: Limit) -> Result<(), BusError> {
-        let (file, base, known) = {
+        let (file, path, base, known) = {
             let read = self.reader();
             let Some(active) = read.segments.last() else {
                 return Ok(());
@@ -253,12 +310,19 @@ impl Partition {
             let Some(file) = active.file.clone() else {
                 return Ok(());
             };
-            (file, active.base, Known::of(&active.index))
+            (
+                file,
+                active.path.clone(),
+                active.base,
+                Known::of(&active.index),
+            )
         };
         let tail = read_tail(
+            &path,
             &file,
             known,
             limit.of(base),
+            Complete::of(limit, base),
             self.options.index_interval_bytes,
         )?;
         let mut read = self.read_mut();
@@ -302,7 +366,9 @@ impl Partition {
             } else {
                 limit.of(active.base)
             };
-            read_tail(&file, known, bytes, interval)?.apply(&mut active.index, &mut read.uids);
+            let complete = Complete::of(limit, active.base);
+            read_tail(&active.path, &file, known, bytes, complete, interval)?
+                .apply(&mut active.index, &mut read.uids);
             active.file = if sealed { None } else { Some(file) };
         }
         for &base in bases.iter().filter(|&&b| known.is_none_or(|k| b > k)) {
@@ -318,14 +384,23 @@ impl Partition {
                 ..SegmentIndex::default()
             };
             if base < newest {
-                let (loaded, uids) = load_sealed(&self.dir, base, &file, interval)?;
+                let complete = Complete::of(limit, base);
+                let (loaded, uids) = load_sealed(&self.dir, base, &file, complete, interval)?;
                 index = loaded;
                 for (uid, offset) in uids {
                     read.uids.push(uid, offset);
                 }
             } else {
-                read_tail(&file, Known::empty(base), limit.of(base), interval)?
-                    .apply(&mut index, &mut read.uids);
+                let complete = Complete::of(limit, base);
+                read_tail(
+                    &path,
+                    &file,
+                    Known::empty(base),
+                    limit.of(base),
+                    complete,
+                    interval,
+                )?
+                .apply(&mut index, &mut read.uids);
             }
             read.segments.push(SegmentMeta {
                 base,
