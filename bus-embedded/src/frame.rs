@@ -62,6 +62,8 @@ pub(crate) struct RecordRef<'a> {
 /// A frame whose checksum verified.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Frame<'a> {
+    /// Read by the fuzzing entry points (re-encoding must be canonical).
+    #[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
     pub version: u8,
     /// More frames of the same batch follow.
     pub continued: bool,

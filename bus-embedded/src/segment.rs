@@ -45,19 +45,29 @@ pub(crate) struct FrameReader<'f> {
     end: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    read_ahead: usize,
 }
 
 /// Read-ahead size.
-const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
+/// Read-ahead of a read of a few records: about one bounded frame of a
+/// batch, so one record costs one short read (see `frame::FRAME_BYTES`).
+pub(crate) const SMALL_CHUNK: usize = 16 * 1024;
 
 impl<'f> FrameReader<'f> {
     pub fn new(file: &'f File, pos: u64, end: u64) -> Self {
+        Self::with_read_ahead(file, pos, end, CHUNK)
+    }
+
+    /// A reader whose reads are at least `read_ahead` bytes.
+    pub fn with_read_ahead(file: &'f File, pos: u64, end: u64, read_ahead: usize) -> Self {
         Self {
             file,
             pos,
             end,
             buf: Vec::new(),
             buf_start: pos,
+            read_ahead,
         }
     }
 
@@ -76,7 +86,7 @@ impl<'f> FrameReader<'f> {
         if self.pos >= self.buf_start && want_end <= have_end {
             return Ok(true);
         }
-        let read_len = need.max(CHUNK as u64).min(self.end - self.pos);
+        let read_len = need.max(self.read_ahead as u64).min(self.end - self.pos);
         let read_len = usize::try_from(read_len).map_err(std::io::Error::other)?;
         self.buf.resize(read_len, 0);
         self.file.read_exact_at(&mut self.buf, self.pos)?;
