@@ -180,13 +180,19 @@ fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64) {
     let mut offset = 0i64;
     let mut seen = 0u64;
     let mut page = db
-        .prepare("SELECT offset, key, value FROM events WHERE offset >= ?1 ORDER BY offset LIMIT 1000")
+        .prepare(
+            "SELECT offset, key, value FROM events WHERE offset >= ?1 ORDER BY offset LIMIT 1000",
+        )
         .unwrap();
     loop {
         let got: Vec<(i64, String, Value)> = page
             .query_map([offset], |row| {
                 let value: Vec<u8> = row.get(2)?;
-                Ok((row.get(0)?, row.get(1)?, serde_json::from_slice(&value).unwrap()))
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    serde_json::from_slice(&value).unwrap(),
+                ))
             })
             .unwrap()
             .map(Result::unwrap)

@@ -104,6 +104,9 @@ pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Resul
     Ok(out)
 }
 
+/// `(base offset, byte position)` of each frame of an encoded batch.
+pub(crate) type FramePositions = Vec<(u64, u64)>;
+
 /// Encodes a batch starting at offset `base` as frames of bounded size,
 /// all but the last marked continued; returns the bytes and each frame's
 /// `(base offset, position in the bytes)`. A batch that fits one frame is
@@ -112,7 +115,7 @@ pub(crate) fn encode_batch(
     base: u64,
     stored_at: u64,
     records: &[&NewRecord],
-) -> Result<(Vec<u8>, Vec<(u64, u64)>), String> {
+) -> Result<(Vec<u8>, FramePositions), String> {
     let mut out = Vec::new();
     let mut frames = Vec::new();
     let mut rest = records;
@@ -136,7 +139,15 @@ pub(crate) fn encode_batch(
         } else {
             VERSION
         };
-        encode_into(&mut out, version, !tail.is_empty(), lead, next, stored_at, chunk)?;
+        encode_into(
+            &mut out,
+            version,
+            !tail.is_empty(),
+            lead,
+            next,
+            stored_at,
+            chunk,
+        )?;
         next += take as u64;
         rest = tail;
     }
@@ -278,7 +289,9 @@ pub(crate) fn decode<'a>(prefix: &[u8; PREFIX], body: &'a [u8]) -> Result<Frame<
     };
     let flags = if version == VERSION { body[2] } else { 0 };
     if flags & !CONTINUED != 0 {
-        return Err(Fault::Malformed(format!("unknown frame flags {flags:#04x}")));
+        return Err(Fault::Malformed(format!(
+            "unknown frame flags {flags:#04x}"
+        )));
     }
     let frame = Frame {
         version,

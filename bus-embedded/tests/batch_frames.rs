@@ -183,7 +183,13 @@ fn a_flipped_byte_in_a_non_last_frame_of_an_acked_batch_is_corrupt() {
 fn one_record_of_a_batch_reads_back_alone() {
     let w = write_batch();
     let bus = open(w.dir.path());
-    for i in [BEFORE, BEFORE + 63, BEFORE + 64, BEFORE + 150, BEFORE + BATCH - 1] {
+    for i in [
+        BEFORE,
+        BEFORE + 63,
+        BEFORE + 64,
+        BEFORE + 150,
+        BEFORE + BATCH - 1,
+    ] {
         let page = bus.fetch(TOPIC, 0, i as u64, 1).unwrap();
         assert_eq!(page.len(), 1);
         assert_eq!(page[0].offset, i as u64);
