@@ -198,3 +198,37 @@ fn one_record_of_a_batch_reads_back_alone() {
         assert_eq!(found.offset, i as u64);
     }
 }
+
+/// A read-only reader (another process's view) sees a multi-frame batch
+/// whole once it is acked, and never a part of it: its frames cut at every
+/// boundary and given to a reader show only the records before the batch.
+#[test]
+fn a_read_only_reader_sees_a_batch_whole_or_not_at_all() {
+    let w = write_batch();
+    let frames = batch_frames(&w);
+    let reader = EmbeddedBus::open_read_only(w.dir.path()).unwrap();
+    assert_first(&reader, BEFORE + BATCH, "acked batch");
+    drop(reader);
+    let writer = open(w.dir.path());
+    let reader = EmbeddedBus::open_read_only(w.dir.path()).unwrap();
+    assert_first(&reader, BEFORE + BATCH, "beside its writer");
+    let batch: Vec<BatchRecord> = (BEFORE + BATCH..BEFORE + 2 * BATCH)
+        .map(|i| BatchRecord::new("k", value_for(&uid(i), i)).with_uid(uid(i)))
+        .collect();
+    writer.publish_batch(TOPIC, &batch).unwrap();
+    assert_first(&reader, BEFORE + 2 * BATCH, "a second batch, refreshed");
+    drop(reader);
+    drop(writer);
+    for &cut in &frames[1..] {
+        // A segment that precedes a newer one is read whole by a reader:
+        // a batch cut at a frame boundary must not show its first frames.
+        std::fs::write(&w.log, &w.full[..cut]).unwrap();
+        std::fs::write(recovery_point(w.dir.path(), 0), &w.stale_point).unwrap();
+        let reader = EmbeddedBus::open_read_only(w.dir.path()).unwrap();
+        let seen = read_all(&reader, 0).map(|events| events.len());
+        assert!(
+            matches!(seen, Ok(BEFORE) | Err(BusError::Corrupt { .. })),
+            "cut at {cut}: {seen:?}"
+        );
+    }
+}
