@@ -141,6 +141,90 @@ fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (f64, f64) {
     (median_us(fetches), median_us(finds))
 }
 
+/// The same work in SQLite (WAL, `synchronous=FULL`): `records` events
+/// inserted 1000 per transaction, replayed 1000 per query, and read one
+/// by rowid at random, each value parsed as fetch does. Returns
+/// (insert rec/s, replay rec/s, fetch median µs).
+fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64) {
+    let db = rusqlite::Connection::open(dir.join("reference.sqlite")).unwrap();
+    db.pragma_update(None, "journal_mode", "WAL").unwrap();
+    db.pragma_update(None, "synchronous", "FULL").unwrap();
+    db.execute_batch(
+        "CREATE TABLE events (offset INTEGER PRIMARY KEY, key TEXT NOT NULL, uid TEXT, stored_at INTEGER NOT NULL, value BLOB NOT NULL)",
+    )
+    .unwrap();
+    let mut spent = Duration::ZERO;
+    let mut i = 0;
+    while i < records {
+        let rows: Vec<(u64, String, Vec<u8>)> = (i..(i + 1000).min(records))
+            .map(|j| (j, uid(j), serde_json::to_vec(&event(j)).unwrap()))
+            .collect();
+        i += rows.len() as u64;
+        let start = Instant::now();
+        let tx = db.unchecked_transaction().unwrap();
+        {
+            let mut insert = tx
+                .prepare_cached("INSERT INTO events VALUES (?1, 'k', ?2, ?3, ?4)")
+                .unwrap();
+            for (offset, uid, value) in &rows {
+                insert
+                    .execute(rusqlite::params![*offset as i64, uid, 0i64, value])
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        spent += start.elapsed();
+    }
+    let insert = rate(records, spent);
+    let start = Instant::now();
+    let mut offset = 0i64;
+    let mut seen = 0u64;
+    let mut page = db
+        .prepare(
+            "SELECT offset, key, value FROM events WHERE offset >= ?1 ORDER BY offset LIMIT 1000",
+        )
+        .unwrap();
+    loop {
+        let got: Vec<(i64, String, Value)> = page
+            .query_map([offset], |row| {
+                let value: Vec<u8> = row.get(2)?;
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    serde_json::from_slice(&value).unwrap(),
+                ))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let Some(last) = got.last() else { break };
+        offset = last.0 + 1;
+        seen += got.len() as u64;
+    }
+    assert_eq!(seen, records);
+    let replay = rate(records, start.elapsed());
+    let mut rng = Lcg(records);
+    let mut one = db
+        .prepare("SELECT key, value FROM events WHERE offset = ?1")
+        .unwrap();
+    let fetches = (0..2000)
+        .map(|_| {
+            let offset = rng.below(records) as i64;
+            let start = Instant::now();
+            let got: (String, Value) = one
+                .query_row([offset], |row| {
+                    let value: Vec<u8> = row.get(1)?;
+                    Ok((row.get(0)?, serde_json::from_slice(&value).unwrap()))
+                })
+                .unwrap();
+            let took = start.elapsed();
+            assert_eq!(got.1["seq"], offset);
+            took
+        })
+        .collect();
+    (insert, replay, median_us(fetches))
+}
+
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -238,15 +322,17 @@ fn main() {
     fill(&bus, "small", 1_000);
     provision(&bus, "big");
     let took = fill(&bus, "big", records);
+    let rss = rss_mib();
+    let (sqlite_insert, sqlite_replay, sqlite_fetch) = sqlite_reference(dir, records);
+    let batch = rate(records, took);
     rows.push(Row {
         name: "batch publish 1000/call, Sync",
-        value: rate(records, took),
+        value: batch,
         unit: "rec/s",
-        reference: None,
-        ratio: None,
+        reference: Some(("SQLite 1000/transaction", sqlite_insert)),
+        ratio: Some(batch / sqlite_insert),
         target: ">= 200000",
     });
-    let rss = rss_mib();
 
     let start = Instant::now();
     let mut offset = 0;
@@ -256,12 +342,13 @@ fn main() {
         offset = last.offset + 1;
     }
     assert_eq!(offset, records);
+    let replay = rate(records, start.elapsed());
     rows.push(Row {
         name: "sequential replay fetch(max=1000)",
-        value: rate(records, start.elapsed()),
+        value: replay,
         unit: "rec/s",
-        reference: None,
-        ratio: None,
+        reference: Some(("SQLite 1000/query", sqlite_replay)),
+        ratio: Some(replay / sqlite_replay),
         target: ">= 500000",
     });
 
@@ -274,6 +361,14 @@ fn main() {
         reference: Some(("at 1,000 records", fetch_small)),
         ratio: Some(fetch_big / fetch_small),
         target: "<= 2",
+    });
+    rows.push(Row {
+        name: "fetch(random, 1) median at N records",
+        value: fetch_big,
+        unit: "us",
+        reference: Some(("SQLite by rowid at N", sqlite_fetch)),
+        ratio: Some(fetch_big / sqlite_fetch),
+        target: "<= 1",
     });
     rows.push(Row {
         name: "find_event_by_uid median at N records",

@@ -153,7 +153,12 @@ impl Partition {
         };
         let (mut expected, pos) = snapshot.entry;
         let from = snapshot.from;
-        let mut reader = FrameReader::new(&file, pos, snapshot.len);
+        let read_ahead = if max - out.len() <= 64 {
+            segment::SMALL_CHUNK
+        } else {
+            segment::CHUNK
+        };
+        let mut reader = FrameReader::with_read_ahead(&file, pos, snapshot.len, read_ahead);
         let mut first = true;
         while out.len() < max && expected < snapshot.end {
             let pos = reader.pos();

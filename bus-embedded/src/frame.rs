@@ -1,12 +1,19 @@
-//! The on-disk frame: one per written batch.
+//! The on-disk frame. A written batch is one frame, or several (of at most
+//! [`FRAME_RECORDS`] records or about [`FRAME_BYTES`] bytes each, so one
+//! record is read and verified without its whole batch) written by the
+//! same write and fsync: every frame of a batch but its last is marked
+//! `continued`, and a run of continued frames without its closing frame is
+//! a torn batch, never partly visible.
 //!
 //! ```text
 //! len: u32        bytes after the checksum field
 //! crc: u32        CRC-32C of those bytes (header included)
 //! magic: u8, version: u8
+//! flags: u8       version 2 only: bit 0 = continued (more of the batch follows)
 //! base: u64       offset of the first record
 //! count: u32      records in the frame
 //! stored_at: u64  epoch ms the batch was written
+//! lead: u32       version 2 only: records of the batch before this frame
 //! count × { flags: u8, key_len: u32, key, [uid_len: u32, uid], [tag_len: u16, tag], value_len: u32, value }
 //! ```
 //! All integers are little-endian. Values are stored as the JSON bytes
@@ -14,10 +21,21 @@
 
 /// Bytes before the checksummed body: `len` and `crc`.
 pub(crate) const PREFIX: usize = 8;
-/// Fixed part of the body.
-const BODY_HEADER: usize = 2 + 8 + 4 + 8;
+/// Fixed part of a version-1 body.
+const BODY_HEADER_V1: usize = 2 + 8 + 4 + 8;
+/// Fixed part of a version-2 body (the frame flags and lead added).
+const BODY_HEADER: usize = BODY_HEADER_V1 + 1 + 4;
 const MAGIC: u8 = 0xB5;
-const VERSION: u8 = 1;
+/// Written by versions before batches were split: no frame flags.
+pub(crate) const VERSION_1: u8 = 1;
+/// The version written.
+pub(crate) const VERSION: u8 = 2;
+/// Frame flag: the batch goes on in the next frame.
+const CONTINUED: u8 = 1;
+/// A batch's frame holds at most this many records...
+pub(crate) const FRAME_RECORDS: usize = 64;
+/// ...and at most this many record bytes, unless one record alone is larger.
+pub(crate) const FRAME_BYTES: usize = 32 << 10;
 const HAS_UID: u8 = 1;
 const HAS_TAG: u8 = 2;
 /// Frames longer than this are treated as damage, not allocated.
@@ -44,6 +62,13 @@ pub(crate) struct RecordRef<'a> {
 /// A frame whose checksum verified.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Frame<'a> {
+    /// Read by the fuzzing entry points (re-encoding must be canonical).
+    #[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
+    pub version: u8,
+    /// More frames of the same batch follow.
+    pub continued: bool,
+    /// Records of the same batch in the frames before this one.
+    pub lead: u32,
     pub base: u64,
     pub count: u32,
     pub stored_at: u64,
@@ -71,35 +96,116 @@ pub(crate) fn checked_body_len<'r>(
         .ok_or_else(|| format!("batch of {body_len} bytes is too large for one frame"))
 }
 
-/// Encodes one frame of `records` starting at offset `base`.
+/// Encodes one (closing) frame of `records` starting at offset `base`.
+#[cfg(test)]
 pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    encode_into(&mut out, VERSION_1, false, 0, base, stored_at, records)?;
+    Ok(out)
+}
+
+/// `(base offset, byte position)` of each frame of an encoded batch.
+pub(crate) type FramePositions = Vec<(u64, u64)>;
+
+/// Encodes a batch starting at offset `base` as frames of bounded size,
+/// all but the last marked continued; returns the bytes and each frame's
+/// `(base offset, position in the bytes)`. A batch that fits one frame is
+/// written as version 1, which has no flags or lead to say (5 bytes less).
+pub(crate) fn encode_batch(
+    base: u64,
+    stored_at: u64,
+    records: &[&NewRecord],
+) -> Result<(Vec<u8>, FramePositions), String> {
+    let mut out = Vec::new();
+    let mut frames = Vec::new();
+    let mut rest = records;
+    let mut next = base;
+    while !rest.is_empty() {
+        let mut take = 0;
+        let mut bytes = 0;
+        for record in rest.iter().take(FRAME_RECORDS) {
+            let size = record_size(record);
+            if take > 0 && bytes + size > FRAME_BYTES {
+                break;
+            }
+            bytes += size;
+            take += 1;
+        }
+        let (chunk, tail) = rest.split_at(take);
+        frames.push((next, out.len() as u64));
+        let lead = u32::try_from(next - base).map_err(|_| "too many records in one batch")?;
+        let version = if lead == 0 && tail.is_empty() {
+            VERSION_1
+        } else {
+            VERSION
+        };
+        encode_into(
+            &mut out,
+            version,
+            !tail.is_empty(),
+            lead,
+            next,
+            stored_at,
+            chunk,
+        )?;
+        next += take as u64;
+        rest = tail;
+    }
+    Ok((out, frames))
+}
+
+/// Appends one frame to `out` (a version-1 frame cannot be continued nor
+/// have a lead).
+pub(crate) fn encode_into(
+    out: &mut Vec<u8>,
+    version: u8,
+    continued: bool,
+    lead: u32,
+    base: u64,
+    stored_at: u64,
+    records: &[&NewRecord],
+) -> Result<(), String> {
+    let header = match version {
+        VERSION_1 if !continued && lead == 0 => BODY_HEADER_V1,
+        VERSION => BODY_HEADER,
+        _ => return Err(format!("cannot encode frame version {version}")),
+    };
     let len = checked_body_len(records.iter().copied())?;
+    // A version-1 header lacks the flags and the lead.
+    let len = if header == BODY_HEADER { len } else { len - 5 };
     let count = u32::try_from(records.len()).map_err(|_| "too many records in one batch")?;
-    let mut out = Vec::with_capacity(PREFIX + usize::try_from(len).unwrap_or_default());
+    let start = out.len();
+    out.reserve(PREFIX + usize::try_from(len).unwrap_or_default());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&[MAGIC, VERSION]);
+    out.extend_from_slice(&[MAGIC, version]);
+    if version == VERSION {
+        out.push(if continued { CONTINUED } else { 0 });
+    }
     out.extend_from_slice(&base.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     out.extend_from_slice(&stored_at.to_le_bytes());
+    if version == VERSION {
+        out.extend_from_slice(&lead.to_le_bytes());
+    }
     for record in records {
         let flags = if record.uid.is_some() { HAS_UID } else { 0 }
             | if record.tag.is_some() { HAS_TAG } else { 0 };
         out.push(flags);
-        put_bytes32(&mut out, record.key.as_bytes())?;
+        put_bytes32(out, record.key.as_bytes())?;
         if let Some(uid) = &record.uid {
-            put_bytes32(&mut out, uid.as_bytes())?;
+            put_bytes32(out, uid.as_bytes())?;
         }
         if let Some(tag) = &record.tag {
             let tag_len = u16::try_from(tag.len()).map_err(|_| "tag too long")?;
             out.extend_from_slice(&tag_len.to_le_bytes());
             out.extend_from_slice(tag);
         }
-        put_bytes32(&mut out, &record.value)?;
+        put_bytes32(out, &record.value)?;
     }
-    let crc = crc32c::crc32c(&out[PREFIX..]);
-    out[4..8].copy_from_slice(&crc.to_le_bytes());
-    Ok(out)
+    let crc = crc32c::crc32c(&out[start + PREFIX..]);
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
 }
 
 fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), String> {
@@ -116,19 +222,30 @@ pub(crate) fn body_len(prefix: &[u8; PREFIX]) -> u64 {
     ]))
 }
 
-/// Bytes from a frame's start through its base offset.
-pub(crate) const HEAD: usize = PREFIX + 10;
+/// Bytes from a frame's start through its base offset (version 2; a
+/// version-1 frame has one less, and is never shorter than this).
+pub(crate) const HEAD: usize = PREFIX + 11;
+
+/// Where the base offset starts in a body of `version`.
+fn base_at(version: u8) -> Option<usize> {
+    match version {
+        VERSION_1 => Some(2),
+        VERSION => Some(3),
+        _ => None,
+    }
+}
 
 /// `(body length, base offset)` when `head` (at least [`HEAD`] bytes)
 /// starts like a frame: right magic and version, a length under
 /// [`MAX_BODY`]. Only [`decode`] proves it is one.
 pub(crate) fn peek(head: &[u8]) -> Option<(u64, u64)> {
     let head = head.get(..HEAD)?;
-    if head[PREFIX] != MAGIC || head[PREFIX + 1] != VERSION {
+    if head[PREFIX] != MAGIC {
         return None;
     }
+    let at = base_at(head[PREFIX + 1])?;
     let len = u64::from(u32_at(head, 0));
-    (len <= MAX_BODY).then(|| (len, u64_at(head, PREFIX + 2)))
+    (len <= MAX_BODY).then(|| (len, u64_at(head, PREFIX + at)))
 }
 
 /// Why bytes are not a frame.
@@ -158,14 +275,36 @@ pub(crate) fn decode<'a>(prefix: &[u8; PREFIX], body: &'a [u8]) -> Result<Frame<
     if crc32c::crc32c(body) != stored_crc {
         return Err(Fault::Checksum);
     }
-    if body.len() < BODY_HEADER || body[0] != MAGIC || body[1] != VERSION {
+    let (version, at) = match body {
+        [MAGIC, version, ..] => (*version, base_at(*version)),
+        _ => (0, None),
+    };
+    let header = if version == VERSION {
+        BODY_HEADER
+    } else {
+        BODY_HEADER_V1
+    };
+    let Some(at) = at.filter(|_| body.len() >= header) else {
         return Err(Fault::Malformed("bad header".to_owned()));
+    };
+    let flags = if version == VERSION { body[2] } else { 0 };
+    if flags & !CONTINUED != 0 {
+        return Err(Fault::Malformed(format!(
+            "unknown frame flags {flags:#04x}"
+        )));
     }
     let frame = Frame {
-        base: u64_at(body, 2),
-        count: u32_at(body, 10),
-        stored_at: u64_at(body, 14),
-        records: &body[BODY_HEADER..],
+        version,
+        continued: flags & CONTINUED != 0,
+        lead: if version == VERSION {
+            u32_at(body, at + 20)
+        } else {
+            0
+        },
+        base: u64_at(body, at),
+        count: u32_at(body, at + 8),
+        stored_at: u64_at(body, at + 12),
+        records: &body[header..],
     };
     // Walk the records once so later iteration cannot fail on structure.
     let mut records = frame.records();
@@ -191,6 +330,11 @@ fn u32_at(bytes: &[u8], at: usize) -> u32 {
 }
 
 impl<'a> Frame<'a> {
+    /// The offset of its batch's first record.
+    pub fn batch_base(&self) -> u64 {
+        self.base.saturating_sub(u64::from(self.lead))
+    }
+
     /// The offset after the frame's last record.
     pub fn end(&self) -> u64 {
         self.base.saturating_add(u64::from(self.count))
@@ -303,6 +447,98 @@ mod tests {
         );
     }
 
+    fn numbered(n: usize, value_bytes: usize) -> Vec<NewRecord> {
+        (0..n)
+            .map(|i| NewRecord {
+                key: i.to_string(),
+                uid: Some(format!("u{i}")),
+                tag: None,
+                value: vec![b'1'; value_bytes],
+            })
+            .collect()
+    }
+
+    /// Decodes every frame of `bytes` in order.
+    fn decode_all(bytes: &[u8]) -> Vec<Frame<'_>> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let prefix: [u8; PREFIX] = bytes[at..at + PREFIX].try_into().unwrap();
+            let end = at + PREFIX + body_len(&prefix) as usize;
+            out.push(decode(&prefix, &bytes[at + PREFIX..end]).unwrap());
+            at = end;
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_is_split_into_bounded_frames_all_but_the_last_continued() {
+        let records = numbered(1000, 200);
+        let refs: Vec<&NewRecord> = records.iter().collect();
+        let (bytes, positions) = encode_batch(10, 5, &refs).unwrap();
+        let frames = decode_all(&bytes);
+        assert_eq!(frames.len(), 1000_usize.div_ceil(FRAME_RECORDS));
+        assert_eq!(positions.len(), frames.len());
+        let mut next = 10;
+        for (i, frame) in frames.iter().enumerate() {
+            assert_eq!(frame.base, next);
+            assert_eq!(positions[i].0, next);
+            assert_eq!(frame.continued, i + 1 < frames.len());
+            assert_eq!(frame.batch_base(), 10);
+            assert!(frame.count as usize <= FRAME_RECORDS);
+            next = frame.end();
+        }
+        assert_eq!(next, 1010);
+        // Large records: bounded by bytes, one oversized record alone.
+        let big = numbered(3, FRAME_BYTES);
+        let refs: Vec<&NewRecord> = big.iter().collect();
+        let (bytes, _) = encode_batch(0, 5, &refs).unwrap();
+        let counts: Vec<u32> = decode_all(&bytes).iter().map(|f| f.count).collect();
+        assert_eq!(counts, vec![1, 1, 1]);
+        // A small batch stays one closing frame, as `encode` writes it.
+        let (bytes, _) = encode_batch(0, 5, &refs[..1]).unwrap();
+        assert_eq!(bytes, encode(0, 5, &refs[..1]).unwrap());
+    }
+
+    #[test]
+    fn version_1_frames_still_decode() {
+        let records = numbered(2, 10);
+        let refs: Vec<&NewRecord> = records.iter().collect();
+        let mut v1 = Vec::new();
+        encode_into(&mut v1, VERSION_1, false, 0, 7, 99, &refs).unwrap();
+        assert_eq!(v1[PREFIX + 1], 1);
+        assert!(encode_into(&mut Vec::new(), VERSION_1, true, 0, 7, 99, &refs).is_err());
+        assert!(encode_into(&mut Vec::new(), VERSION_1, false, 1, 7, 99, &refs).is_err());
+        assert_eq!(v1, encode(7, 99, &refs).unwrap());
+        let mut v2 = Vec::new();
+        encode_into(&mut v2, VERSION, false, 0, 7, 99, &refs).unwrap();
+        assert_eq!(v2.len(), v1.len() + 5);
+        let frame = decode_all(&v1)[0];
+        assert_eq!(
+            (frame.version, frame.continued, frame.base, frame.count),
+            (1, false, 7, 2)
+        );
+        assert_eq!(peek(&v1), Some((v1.len() as u64 - PREFIX as u64, 7)));
+        assert_eq!(peek(&v2), Some((v2.len() as u64 - PREFIX as u64, 7)));
+        let records: Vec<_> = frame.records().collect();
+        assert_eq!(records[1].uid, Some(&b"u1"[..]));
+    }
+
+    #[test]
+    fn unknown_frame_flags_are_malformed() {
+        let records = numbered(1, 10);
+        let mut bytes = Vec::new();
+        encode_into(&mut bytes, VERSION, false, 0, 0, 1, &[&records[0]]).unwrap();
+        bytes[PREFIX + 2] = 0x80;
+        let crc = crc32c::crc32c(&bytes[PREFIX..]);
+        bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        let prefix: [u8; PREFIX] = bytes[..PREFIX].try_into().unwrap();
+        assert!(matches!(
+            decode(&prefix, &bytes[PREFIX..]),
+            Err(Fault::Malformed(_))
+        ));
+    }
+
     #[test]
     fn unknown_record_flags_are_malformed() {
         // Found by the `frame_decode` fuzz target: flags 0xA5 (a UID plus
@@ -315,7 +551,7 @@ mod tests {
             value: br#"{"n":0}"#.to_vec(),
         };
         let mut bytes = encode(0, 1, &[&record]).unwrap();
-        let flags_at = PREFIX + BODY_HEADER;
+        let flags_at = PREFIX + BODY_HEADER_V1;
         assert_eq!(bytes[flags_at], HAS_UID);
         bytes[flags_at] = 0xA5;
         let crc = crc32c::crc32c(&bytes[PREFIX..]);

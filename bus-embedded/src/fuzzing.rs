@@ -40,6 +40,12 @@ pub struct DecodedRecord {
 /// A frame whose checksum verified and whose records parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedFrame {
+    /// Format version (1: before batches were split; 2: with frame flags).
+    pub version: u8,
+    /// More frames of the same batch follow.
+    pub continued: bool,
+    /// Records of the batch in the frames before this one.
+    pub lead: u32,
     /// Offset of the first record.
     pub base: u64,
     /// Records announced by the header.
@@ -55,8 +61,21 @@ pub struct DecodedFrame {
 /// Bytes before a frame's checksummed body.
 pub const FRAME_PREFIX: usize = PREFIX;
 
-/// Encodes one frame the way the partition writer does.
+/// Encodes one (closing) frame the way the partition writer does.
 pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, String> {
+    encode_frame_as(frame::VERSION_1, false, 0, base, stored_at, records)
+}
+
+/// Encodes one frame of format `version`, marked `continued` or not, the
+/// batch holding `lead` records before it.
+pub fn encode_frame_as(
+    version: u8,
+    continued: bool,
+    lead: u32,
+    base: u64,
+    stored_at: u64,
+    records: &[Record],
+) -> Result<Vec<u8>, String> {
     let records: Vec<NewRecord> = records
         .iter()
         .map(|r| NewRecord {
@@ -66,7 +85,17 @@ pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec
             value: r.value.clone(),
         })
         .collect();
-    frame::encode(base, stored_at, &records.iter().collect::<Vec<_>>())
+    let mut out = Vec::new();
+    frame::encode_into(
+        &mut out,
+        version,
+        continued,
+        lead,
+        base,
+        stored_at,
+        &records.iter().collect::<Vec<_>>(),
+    )?;
+    Ok(out)
 }
 
 /// Decodes the frame at the start of `bytes`, reading as much body as its
@@ -83,6 +112,9 @@ pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
         .ok_or("body cut short")?;
     let decoded = frame::decode(&prefix, body).map_err(|fault| fault.to_string())?;
     Ok(DecodedFrame {
+        version: decoded.version,
+        continued: decoded.continued,
+        lead: decoded.lead,
         base: decoded.base,
         count: decoded.count,
         stored_at: decoded.stored_at,

@@ -3,7 +3,7 @@
 //!
 //! Publishers queue requests; the first one that finds no writer running
 //! becomes the writer for one round: it takes everything queued, assigns
-//! offsets, writes one frame, fsyncs once and acks the whole round. Records
+//! offsets, writes one batch of frames, fsyncs once and acks the whole round. Records
 //! become visible to fetch (and their UIDs to dedup) only after that.
 
 use std::collections::HashMap;
@@ -515,7 +515,10 @@ impl Partition {
         new_uids: Vec<(String, u64)>,
     ) -> Result<(), WriteError> {
         let stored_at = now_ms();
-        let bytes = frame::encode(writer.next, stored_at, records).map_err(WriteError::Refused)?;
+        // A large batch goes out as several bounded frames in this one
+        // write and fsync, so reading one record never verifies the rest.
+        let (bytes, frames) =
+            frame::encode_batch(writer.next, stored_at, records).map_err(WriteError::Refused)?;
         let len = bytes.len() as u64;
         self.roll_if_due(writer, len, stored_at)
             .map_err(WriteError::Failed)?;
@@ -534,15 +537,18 @@ impl Partition {
             Durability::Interval(_) => writer.dirty = true,
         }
         let pos = writer.pos;
-        let base = writer.next;
         writer.pos += len;
         writer.next += records.len() as u64;
-        let entry = writer
-            .last_indexed
-            .is_none_or(|last| pos - last >= self.options.index_interval_bytes)
-            .then_some((base, pos));
-        if entry.is_some() {
-            writer.last_indexed = Some(pos);
+        let mut entries = Vec::new();
+        for (frame_base, at) in frames {
+            let frame_pos = pos + at;
+            if writer
+                .last_indexed
+                .is_none_or(|last| frame_pos - last >= self.options.index_interval_bytes)
+            {
+                entries.push((frame_base, frame_pos));
+                writer.last_indexed = Some(frame_pos);
+            }
         }
         writer.active_uids.extend(new_uids.iter().cloned());
         if extended && let Err(error) = self.store_point(writer) {
@@ -557,7 +563,7 @@ impl Partition {
         let mut read = self.read_mut();
         let read = &mut *read;
         if let Some(active) = read.segments.last_mut() {
-            active.index.entries.extend(entry);
+            active.index.entries.extend(entries);
             active.index.len = writer.pos;
             active.index.end = writer.next;
             active.index.max_ts = active.index.max_ts.max(stored_at);

@@ -162,10 +162,15 @@ fn read_tail(
     }
     let mut last_indexed = known.last_indexed;
     let mut reader = FrameReader::new(file, known.len, end);
+    // The frames of a batch count only once its closing frame is read.
+    let mut staged = Tail {
+        end: known.end,
+        ..Tail::default()
+    };
     loop {
         let pos = reader.pos();
-        let (base, count, stored_at, uids) = match reader.next_frame()? {
-            Some(Ok(frame)) if frame.base == tail.end && frame.count > 0 => {
+        let (base, count, stored_at, uids, continued) = match reader.next_frame()? {
+            Some(Ok(frame)) if frame.base == staged.end && frame.count > 0 => {
                 let uids: Vec<(String, u64)> = (frame.base..)
                     .zip(frame.records())
                     .filter_map(|(offset, record)| {
@@ -173,7 +178,13 @@ fn read_tail(
                         Some((String::from_utf8_lossy(uid).into_owned(), offset))
                     })
                     .collect();
-                (frame.base, frame.count, frame.stored_at, uids)
+                (
+                    frame.base,
+                    frame.count,
+                    frame.stored_at,
+                    uids,
+                    frame.continued,
+                )
             }
             Some(Ok(_)) | Some(Err(_)) | None if pos < complete.min(end) => {
                 return Err(BusError::Corrupt {
@@ -187,14 +198,24 @@ fn read_tail(
             _ => return Ok(tail),
         };
         if last_indexed.is_none_or(|last| pos - last >= interval) {
-            tail.entries.push((base, pos));
+            staged.entries.push((base, pos));
             last_indexed = Some(pos);
         }
-        tail.uids.extend(uids);
-        tail.max_ts = tail.max_ts.max(stored_at);
-        tail.min_ts = Some(tail.min_ts.map_or(stored_at, |t| t.min(stored_at)));
-        tail.end = base + u64::from(count);
-        tail.len = reader.pos();
+        staged.uids.extend(uids);
+        staged.max_ts = staged.max_ts.max(stored_at);
+        staged.min_ts = Some(staged.min_ts.map_or(stored_at, |t| t.min(stored_at)));
+        staged.end = base + u64::from(count);
+        if !continued {
+            tail.entries.append(&mut staged.entries);
+            tail.uids.append(&mut staged.uids);
+            tail.max_ts = tail.max_ts.max(staged.max_ts);
+            tail.min_ts = match (tail.min_ts, staged.min_ts) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            tail.end = staged.end;
+            tail.len = reader.pos();
+        }
     }
 }
 

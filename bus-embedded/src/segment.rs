@@ -45,19 +45,29 @@ pub(crate) struct FrameReader<'f> {
     end: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    read_ahead: usize,
 }
 
 /// Read-ahead size.
-const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
+/// Read-ahead of a read of a few records: about one bounded frame of a
+/// batch, so one record costs one short read (see `frame::FRAME_BYTES`).
+pub(crate) const SMALL_CHUNK: usize = 16 * 1024;
 
 impl<'f> FrameReader<'f> {
     pub fn new(file: &'f File, pos: u64, end: u64) -> Self {
+        Self::with_read_ahead(file, pos, end, CHUNK)
+    }
+
+    /// A reader whose reads are at least `read_ahead` bytes.
+    pub fn with_read_ahead(file: &'f File, pos: u64, end: u64, read_ahead: usize) -> Self {
         Self {
             file,
             pos,
             end,
             buf: Vec::new(),
             buf_start: pos,
+            read_ahead,
         }
     }
 
@@ -76,7 +86,7 @@ impl<'f> FrameReader<'f> {
         if self.pos >= self.buf_start && want_end <= have_end {
             return Ok(true);
         }
-        let read_len = need.max(CHUNK as u64).min(self.end - self.pos);
+        let read_len = need.max(self.read_ahead as u64).min(self.end - self.pos);
         let read_len = usize::try_from(read_len).map_err(std::io::Error::other)?;
         self.buf.resize(read_len, 0);
         self.file.read_exact_at(&mut self.buf, self.pos)?;
@@ -164,57 +174,128 @@ pub(crate) fn scan_to_mark(
     };
     let mut reader = FrameReader::new(file, 0, file_len);
     let mut last_indexed: Option<u64> = None;
+    // The frames of a batch whose closing frame is not read yet: they
+    // count only once it verifies.
+    let mut staged = Scan {
+        end: base,
+        ..Scan::default()
+    };
+    let mut batch_at: Option<u64> = None;
     loop {
         let pos = reader.pos();
-        if mark == Some(pos) {
+        if mark == Some(pos) && batch_at.is_none() {
             out.end_at_mark = Some(out.end);
         }
         let Some(next) = reader.next_frame()? else {
             break;
         };
         let fault = match next {
-            Ok(frame) if frame.base != out.end || frame.count == 0 => {
+            Ok(frame) if frame.base != staged.end || frame.count == 0 => {
                 Some(Fault::Malformed(format!(
                     "frame starts at offset {} where {} was expected",
-                    frame.base, out.end
+                    frame.base, staged.end
                 )))
             }
             Ok(frame) => {
                 if last_indexed.is_none_or(|last| pos - last >= index_interval) {
-                    out.index.push((frame.base, pos));
+                    staged.index.push((frame.base, pos));
                     last_indexed = Some(pos);
                 }
                 for (i, record) in frame.records().enumerate() {
                     if let Some(uid) = record.uid {
                         let uid = String::from_utf8_lossy(uid).into_owned();
-                        out.uids.push((uid, frame.base + i as u64));
+                        staged.uids.push((uid, frame.base + i as u64));
                     }
                 }
-                out.max_ts = out.max_ts.max(frame.stored_at);
-                out.min_ts = Some(
-                    out.min_ts
+                staged.max_ts = staged.max_ts.max(frame.stored_at);
+                staged.min_ts = Some(
+                    staged
+                        .min_ts
                         .map_or(frame.stored_at, |t| t.min(frame.stored_at)),
                 );
-                out.end = frame.end();
+                staged.end = frame.end();
+                if frame.continued {
+                    batch_at.get_or_insert(pos);
+                } else {
+                    batch_at = None;
+                    out.index.append(&mut staged.index);
+                    out.uids.append(&mut staged.uids);
+                    out.max_ts = out.max_ts.max(staged.max_ts);
+                    out.min_ts = match (out.min_ts, staged.min_ts) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    out.end = staged.end;
+                    out.valid_len = reader.pos();
+                }
                 None
             }
             Err(fault) => Some(fault),
         };
         let Some(fault) = fault else {
-            out.valid_len = reader.pos();
             continue;
         };
         // A frame that verifies further on proves the bad one was written
-        // (and acked) before it: damage, not a torn tail.
-        out.resumes = next_verified_frame(file, pos + 1, file_len, out.end)?.is_some();
+        // (and acked) before it: damage, not a torn tail. Except the rest
+        // of the bad frame's own batch, when nothing follows that batch:
+        // the pages of its one write reach the disk in any order.
+        let after = next_verified_frame(file, pos + 1, file_len, staged.end)?;
+        let torn_batch = match after {
+            Some((at, _)) => batch_ends_log(file, at, file_len, out.end)?,
+            None => false,
+        };
+        out.resumes = after.is_some() && !torn_batch;
         out.torn = !out.resumes
-            && (fault == Fault::Short
+            && (torn_batch
+                || fault == Fault::Short
                 || frame_reaches_end(file, pos, file_len)?
                 || ends_with_zero(file, file_len)?);
         out.fault = Some((pos, fault.to_string()));
-        break;
+        return Ok(out);
+    }
+    // The file ends inside a batch: its closing frame was never written,
+    // so none of it was acked.
+    if let Some(pos) = batch_at {
+        out.torn = true;
+        out.fault = Some((
+            pos,
+            "batch cut short: its closing frame is missing".to_owned(),
+        ));
     }
     Ok(out)
+}
+
+/// Whether the verified frames from `at` on (past damage) are only the
+/// later frames of the batch starting at offset `batch_base`, and nothing
+/// verifies after them: then the damage is that batch torn by a crash in
+/// its write, not a frame acked before others.
+fn batch_ends_log(file: &File, mut at: u64, end: u64, batch_base: u64) -> std::io::Result<bool> {
+    loop {
+        let mut reader = FrameReader::new(file, at, end);
+        let bad = loop {
+            let pos = reader.pos();
+            let Some(next) = reader.next_frame()? else {
+                // The batch's closing frame never verified.
+                return Ok(true);
+            };
+            match next {
+                Ok(frame) if frame.lead > 0 && frame.batch_base() == batch_base => {
+                    if !frame.continued {
+                        let after = frame.end();
+                        let pos = reader.pos();
+                        return Ok(next_verified_frame(file, pos, end, after)?.is_none());
+                    }
+                }
+                // A frame of another batch: the torn one was complete before it.
+                Ok(_) => return Ok(false),
+                Err(_) => break pos,
+            }
+        };
+        match next_verified_frame(file, bad + 1, end, batch_base)? {
+            Some((next, _)) => at = next,
+            None => return Ok(true),
+        }
+    }
 }
 
 /// Whether the file's last byte is zero. A frame never ends in one (its

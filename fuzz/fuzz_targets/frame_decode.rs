@@ -28,8 +28,15 @@ fuzz_target!(|data: &[u8]| {
     );
     let records: Option<Vec<_>> = frame.records.iter().map(encodable).collect();
     if let Some(records) = records {
-        let again = fuzzing::encode_frame(frame.base, frame.stored_at, &records)
-            .expect("a decoded frame encodes");
+        let again = fuzzing::encode_frame_as(
+            frame.version,
+            frame.continued,
+            frame.lead,
+            frame.base,
+            frame.stored_at,
+            &records,
+        )
+        .expect("a decoded frame encodes");
         assert_eq!(again, bytes[..frame.len], "decode is not canonical");
     }
 });
