@@ -54,10 +54,10 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
     match cli.command {
         Command::Provision { manifest } => commands::provision(&url, &manifest, &mut out)?,
         Command::Topics { json } => {
-            commands::topics(commands::connect(&url)?.as_ref(), json, &mut out)?;
+            commands::topics(commands::connect_existing(&url)?.as_ref(), json, &mut out)?;
         }
         Command::Describe { topic } => {
-            commands::describe(commands::connect(&url)?.as_ref(), &topic, &mut out)?;
+            commands::describe(commands::connect_existing(&url)?.as_ref(), &topic, &mut out)?;
         }
         Command::Publish {
             topic,
@@ -96,7 +96,7 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
         } => {
             // The writer's open: it reports damage a read-only open cannot tell
             // from a frame still being written.
-            let bus = commands::connect(&url)?;
+            let bus = commands::connect_existing(&url)?;
             let partition =
                 commands::resolve_partition(bus.as_ref(), &topic, partition, key.as_deref())?;
             commands::fetch(
@@ -133,7 +133,7 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             tail::tail(&url, &topic, &options, &mut out)?;
         }
         Command::Find { topic, key, uid } => {
-            let bus = commands::connect(&url)?;
+            let bus = commands::connect_existing(&url)?;
             if !commands::find(bus.as_ref(), &topic, &key, &uid, &mut out)? {
                 return Err(Failure::NotFound(format!(
                     "no record with uid {uid:?} in topic {topic:?} for key {key:?}"

@@ -120,6 +120,9 @@ fn flow(url: &str) {
         ),
         (Some(3), Some(6))
     );
+    // The spec as provisioned, not `null`.
+    assert_eq!(described["spec"]["name"], topic.as_str(), "{described}");
+    assert_eq!(described["spec"]["partitions"], 3, "{described}");
 
     let unknown = run(
         url,

@@ -164,6 +164,20 @@ impl EventBus for KafkaBus {
         })
     }
 
+    /// The spec recorded in the manifest topic, the record `provision`
+    /// verifies an existing topic against (C1). The registry is read afresh
+    /// first, so a topic another bus provisioned or deleted shows as it is.
+    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        bus_core::validate_topic(topic)?;
+        let core = &self.core;
+        let mut registry = lock(&core.registry);
+        registry.refresh(&core.options, &core.pool.meta, self.deadline())?;
+        registry
+            .cached(topic)
+            .map(|entry| Some(entry.spec.clone()))
+            .ok_or_else(|| BusError::UnknownTopic(topic.to_owned()))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::minimal("kafka")
             .durable(true)

@@ -93,3 +93,35 @@ fn unknown_topics_are_refused_and_never_auto_created() {
     );
     common::delete_raw_topics(&brokers, &[control, manifest_topic]);
 }
+
+/// `topic_spec` reports the spec recorded in the manifest topic, the one
+/// provision verifies against: a second bus on the same manifest topic reads
+/// it back equal, and an unknown topic is `UnknownTopic`.
+#[test]
+fn topic_spec_reads_back_the_provisioned_spec() {
+    let brokers = match common::brokers() {
+        Ok(brokers) => brokers,
+        Err(why) => return common::skip("topic_spec_reads_back_the_provisioned_spec", &why),
+    };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let manifest_topic = format!("bus-test-manifest-{}", &id[..16]);
+    let options = || KafkaOptions::new([brokers.clone()]).manifest_topic(manifest_topic.clone());
+    let bus = KafkaBus::connect_with(options()).unwrap_or_else(|e| panic!("connect: {e}"));
+    let topic = format!("described-{}", &id[..12]);
+    let spec = bus_core::TopicSpec::new(topic.clone(), 2)
+        .with_retention_ms(3_600_000)
+        .with_dedup_window_ms(5_000)
+        .with_max_record_bytes(4_096);
+    bus.provision(&bus_core::Manifest::new([spec.clone()]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    assert_eq!(bus.topic_spec(&topic).ok(), Some(Some(spec.clone())));
+    let other = KafkaBus::connect_with(options()).unwrap_or_else(|e| panic!("connect: {e}"));
+    assert_eq!(other.topic_spec(&topic).ok(), Some(Some(spec)));
+    let ghost = format!("ghost-{}", &id[..12]);
+    let unknown = other.topic_spec(&ghost);
+    assert!(
+        matches!(unknown, Err(BusError::UnknownTopic(ref t)) if *t == ghost),
+        "{unknown:?}"
+    );
+    common::delete_raw_topics(&brokers, &[kafka_topic_name(&topic), manifest_topic]);
+}

@@ -313,6 +313,25 @@ impl EventBus for NatsBus {
         Ok(())
     }
 
+    /// The spec recorded on the topic's partition-0 stream, the record
+    /// `provision` verifies an existing topic against (C1). Read from the
+    /// server, not the cache, so a topic re-provisioned or deleted by
+    /// another process shows as it is.
+    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        validate_topic(topic)?;
+        let owned = topic.to_owned();
+        let spec = self.run("describing a topic", move |shared| async move {
+            topics::lookup(&shared, &owned).await
+        })?;
+        match spec {
+            Some(spec) => Ok(Some(self.shared.remember(spec).spec.clone())),
+            None => {
+                self.shared.forget(topic);
+                Err(BusError::UnknownTopic(topic.to_owned()))
+            }
+        }
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities::minimal(BACKEND)
             .durable(true)

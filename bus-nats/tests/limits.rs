@@ -104,3 +104,37 @@ fn concurrent_retries_behind_a_forged_uid_store_one_record() {
     );
     cleanup(&bus);
 }
+
+/// `topic_spec` reports the spec recorded on the server, the one provision
+/// verifies against: another bus on the same prefix reads it back equal,
+/// and an unknown topic is `UnknownTopic`.
+#[test]
+fn topic_spec_reads_back_the_provisioned_spec() {
+    let Some(bus) = bus() else { return };
+    let spec = TopicSpec::new("described", 2)
+        .with_retention_ms(3_600_000)
+        .with_dedup_window_ms(5_000)
+        .with_max_record_bytes(4_096);
+    bus.provision(&Manifest::new([spec.clone()]))
+        .expect("provision");
+    assert_eq!(
+        bus.topic_spec("described").expect("topic_spec"),
+        Some(spec.clone())
+    );
+    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
+    let other = bus_nats::NatsBus::connect_with(
+        bus_nats::NatsOptions::from_url(&url)
+            .expect("BUS_NATS_URL")
+            .prefix(bus.prefix().to_owned()),
+    )
+    .expect("connect");
+    assert_eq!(
+        other.topic_spec("described").expect("topic_spec"),
+        Some(spec)
+    );
+    assert!(
+        matches!(other.topic_spec("ghost"), Err(BusError::UnknownTopic(ref t)) if t == "ghost"),
+        "an unknown topic must be UnknownTopic"
+    );
+    cleanup(&bus);
+}

@@ -173,9 +173,38 @@ pub fn record_line(topic: &str, event: &bus::StoredEvent) -> serde_json::Value {
     line
 }
 
+/// Opens `url` for a command that only reads: like [`connect`], but an
+/// embedded directory that does not exist is an error rather than a new,
+/// empty bus created as a side effect of looking.
+pub fn connect_existing(url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    require_existing_dir(url)?;
+    connect(url)
+}
+
+/// Fails (exit 2, a bad `--url`) when `url` names an embedded directory
+/// that does not exist.
+fn require_existing_dir(url: &str) -> Result<(), BusError> {
+    if !bus::backend_of(url).is_ok_and(|backend| backend.name == "embedded") {
+        return Ok(());
+    }
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    if path.is_empty() || std::path::Path::new(path).is_dir() {
+        return Ok(());
+    }
+    Err(BusError::invalid(
+        "url",
+        format!(
+            "no bus at {path}: the directory does not exist (check --url, or create the bus \
+             with `bus --url {path} provision MANIFEST`)"
+        ),
+    ))
+}
+
 /// Opens `url` for reading beside a writer: an embedded directory is opened
 /// read-only (no lock taken, so publishers are never kept out).
 pub fn connect_reader(url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    require_existing_dir(url)?;
     match url.split_once("://") {
         Some(("file", rest)) if !rest.contains('?') => {
             bus::connect(&format!("{url}?read_only=true"))

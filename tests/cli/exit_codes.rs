@@ -96,3 +96,25 @@ fn a_manifest_parse_error_is_one_line() {
     assert_eq!(result.stderr.lines().count(), 1, "{}", result.stderr);
     assert!(result.stderr.contains("line 4"), "{}", result.stderr);
 }
+
+#[test]
+fn read_commands_on_a_missing_directory_fail_and_create_nothing() {
+    let dir = dir();
+    let path = dir._temp.path().join("data");
+    for args in [
+        &["topics"][..],
+        &["describe", "audit"],
+        &["fetch", "audit", "--partition", "0"],
+        &["find", "audit", "--key", "k", "--uid", "u"],
+        &["tail", "audit"],
+    ] {
+        let result = run(&dir, args, None);
+        assert_eq!(result.code, 2, "bus {args:?}: {}", result.stderr);
+        assert!(
+            result.stderr.contains("does not exist"),
+            "bus {args:?}: {}",
+            result.stderr
+        );
+        assert!(!path.exists(), "bus {args:?} created {}", path.display());
+    }
+}
