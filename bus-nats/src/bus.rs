@@ -14,6 +14,7 @@ use bus_core::{
 };
 
 use crate::errors::{BACKEND, unavailable};
+use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::options::NatsOptions;
 use crate::publish::{prepare, send_all};
@@ -222,6 +223,7 @@ impl EventBus for NatsBus {
                 BusError::Backend(format!("topic {topic:?} lost partition {partition}"))
             })?;
         let subject = record_subject(&stream, Some(event_uid));
+        let replicas = state.spec.replication_factor;
         let (name, uid) = (topic.to_owned(), event_uid.to_owned());
         let sequence = self.run("find_event_by_uid", move |shared| async move {
             let what = format!("find_event_by_uid in {stream}");
@@ -233,7 +235,7 @@ impl EventBus for NatsBus {
             // The server's per-subject index answers; nothing is scanned.
             let auth = shared.auth();
             let lookup = UidSubject {
-                stream: &handle,
+                reads: Reads::new(&handle, replicas),
                 subject: &subject,
                 topic: &name,
                 partition,

@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::pull::{Batch, Config as PullConfig};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer};
-use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
+use async_nats::jetstream::stream::Stream;
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, PartitionOffsets, StoredEvent};
 use futures::StreamExt;
 use futures::future::join_all;
 
 use crate::errors::unavailable;
+use crate::get::Reads;
 use crate::record::{RawMessage, decode, epoch_ms, from_stream_message};
 use crate::shared::{PartitionState, Shared, TopicState};
 use crate::topics::stream_info;
@@ -145,10 +146,11 @@ pub(crate) async fn fetch_with(
     let name = topic.spec.name.as_str();
     let state = topic.partition(partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
+    let replicas = topic.spec.replication_factor;
     let mut start = offset.saturating_add(1);
     let mut end = state.known_end();
     let mut asked = false;
-    let messages = loop {
+    let (stream, mut messages, wanted) = loop {
         if start > end || asked {
             let (first, last) = bounds(shared, topic, state, &what).await?;
             (start, end, asked) = (start.max(first), last, true);
@@ -162,10 +164,11 @@ pub(crate) async fn fetch_with(
             .get_stream_no_info(&state.stream)
             .await
             .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
+        let reads = Reads::new(&stream, replicas);
         let messages = if count <= DIRECT_MAX {
-            direct(&stream, start, count, &what).await?
+            direct(reads, start, count, &what).await?
         } else {
-            consume(shared, state, slot, &stream, start, count, &what).await?
+            consume(shared, state, slot, reads, start, count, &what).await?
         };
         // Nothing where records were expected: retention took the front, or
         // the stream is not the one we knew. Ask the server once.
@@ -174,12 +177,68 @@ pub(crate) async fn fetch_with(
             asked = true;
             continue;
         }
-        break messages;
+        break (stream, messages, start + count - 1);
     };
+    if replicas > 1 {
+        top_up(
+            shared,
+            state,
+            slot,
+            Reads::new(&stream, replicas),
+            &mut messages,
+            wanted,
+            &what,
+        )
+        .await?;
+    }
     if let Some(last) = messages.last() {
         state.saw(last.sequence);
     }
     Ok(messages)
+}
+
+/// A replicated stream's reader may sit on a follower that has not yet
+/// applied what the leader acked: its read can end before records the
+/// caller already knows exist (`wanted`, the last one asked for below the
+/// partition's known end). Reads on until they are there, through the
+/// leader when the reader makes no progress, so that no fetch sees fewer
+/// records than an earlier one or than its caller's own acks. What the
+/// leader does not hold either (the stream was replaced) ends the read.
+async fn top_up(
+    shared: &Shared,
+    state: &PartitionState,
+    slot: &CursorSlot,
+    reads: Reads<'_>,
+    messages: &mut Vec<RawMessage>,
+    wanted: u64,
+    what: &str,
+) -> Result<(), BusError> {
+    let deadline = Instant::now() + shared.timeout;
+    while let Some(last) = messages.last().map(|message| message.sequence) {
+        if last >= wanted || Instant::now() >= deadline {
+            break;
+        }
+        let (start, count) = (last + 1, wanted - last);
+        let more = if count <= DIRECT_MAX {
+            direct(reads, start, count, what).await?
+        } else {
+            consume(shared, state, slot, reads, start, count, what).await?
+        };
+        // Only what follows without a gap is kept.
+        let before = messages.len();
+        let mut expected = start;
+        for message in more {
+            if message.sequence != expected {
+                break;
+            }
+            expected += 1;
+            messages.push(message);
+        }
+        if messages.len() == before {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Decodes and verifies fetched messages (on the caller's thread). The
@@ -202,21 +261,20 @@ pub(crate) fn decode_all(
     Ok(events)
 }
 
-/// Direct gets of `start..start + count`, sent together.
+/// Point reads of `start..start + count`, sent together.
 async fn direct(
-    stream: &Stream<()>,
+    reads: Reads<'_>,
     start: u64,
     count: u64,
     what: &str,
 ) -> Result<Vec<RawMessage>, BusError> {
-    let results =
-        join_all((start..start + count).map(|sequence| stream.direct_get(sequence))).await;
+    let results = join_all((start..start + count).map(|sequence| reads.sequence(sequence))).await;
     let mut out = Vec::with_capacity(results.len());
     for result in results {
         match result {
-            Ok(message) => out.push(from_stream_message(message)),
+            Ok(Some(message)) => out.push(from_stream_message(message)),
             // Expired since the stream info was read: only the front goes.
-            Err(error) if error.kind() == DirectGetErrorKind::NotFound => {
+            Ok(None) => {
                 if out.is_empty() {
                     continue;
                 }
@@ -234,7 +292,7 @@ async fn consume(
     shared: &Shared,
     state: &PartitionState,
     cursor_slot: &CursorSlot,
-    stream: &Stream<()>,
+    reads: Reads<'_>,
     start: u64,
     count: u64,
     what: &str,
@@ -248,7 +306,7 @@ async fn consume(
             if let Some(old) = slot.take() {
                 discard(shared, old);
             }
-            *slot = Some(open(stream, &state.stream, start, what).await?);
+            *slot = Some(open(reads.stream(), &state.stream, start, what).await?);
         }
         let Some(cursor) = slot.as_mut() else { break };
         match read(cursor, count, state, !reusable).await {
@@ -273,7 +331,7 @@ async fn consume(
             }
         }
     }
-    direct(stream, start, count.min(DIRECT_MAX), what).await
+    direct(reads, start, count.min(DIRECT_MAX), what).await
 }
 
 /// The cursor's next `count` messages (all known to be stored): first

@@ -47,6 +47,7 @@ mod errors;
 mod fetch;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod get;
 pub mod naming;
 mod options;
 mod publish;

@@ -13,6 +13,7 @@ use bus_core::{
 use bytes::Bytes;
 
 use crate::errors::{PublishFailure, publish_failure};
+use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{RESEND_INTERVAL, Shared, TopicState};
@@ -224,7 +225,7 @@ async fn settle(
         .await
         .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
     let lookup = UidSubject {
-        stream: &stream,
+        reads: Reads::new(&stream, topic.spec.replication_factor),
         subject,
         topic: name,
         partition,
