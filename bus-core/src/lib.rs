@@ -1,8 +1,8 @@
 //! The core of `bus`: the [`EventBus`] trait every backend implements, its
 //! [`PublishAck`] / [`StoredEvent`] types, the one [`BusError`], the
 //! partitioner [`partition_for`], the topic [`Manifest`], record
-//! authentication and the [`ConnectorExecutor`] that network backends run
-//! their async clients on.
+//! authentication and (feature `connector`) the `ConnectorExecutor` that
+//! network backends run their async clients on.
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
@@ -17,6 +17,7 @@ mod bus;
 mod capabilities;
 mod error;
 mod event;
+#[cfg(feature = "connector")]
 pub mod executor;
 mod manifest;
 mod partition;
@@ -27,6 +28,7 @@ pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
+#[cfg(feature = "connector")]
 pub use executor::ConnectorExecutor;
 pub use manifest::{
     DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT,

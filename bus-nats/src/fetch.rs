@@ -226,12 +226,10 @@ async fn top_up(
         };
         // Only what follows without a gap is kept.
         let before = messages.len();
-        let mut expected = start;
-        for message in more {
+        for (expected, message) in (start..).zip(more) {
             if message.sequence != expected {
                 break;
             }
-            expected += 1;
             messages.push(message);
         }
         if messages.len() == before {

@@ -1,5 +1,5 @@
 //! The `bus` binary, driven as a user would, through pipes.
-#![cfg(feature = "embedded")]
+#![cfg(all(feature = "cli", feature = "embedded"))]
 #![allow(clippy::unwrap_used)]
 
 mod basics;
