@@ -5,6 +5,7 @@
 mod basics;
 mod docs;
 mod exit_codes;
+mod logging;
 mod positions;
 mod profiles;
 mod publish;
