@@ -58,6 +58,7 @@ mod options;
 mod provision;
 mod publish;
 mod reader;
+#[cfg(feature = "reference")]
 #[doc(hidden)]
 pub mod reference;
 mod registry;

@@ -52,6 +52,7 @@ pub mod naming;
 mod options;
 mod publish;
 mod record;
+#[cfg(feature = "reference")]
 #[doc(hidden)]
 pub mod reference;
 mod shared;

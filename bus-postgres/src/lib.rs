@@ -31,6 +31,7 @@ mod fetch;
 mod listener;
 mod options;
 mod publish;
+#[cfg(feature = "reference")]
 #[doc(hidden)]
 pub mod reference;
 mod shared;
