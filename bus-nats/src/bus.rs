@@ -379,7 +379,7 @@ impl Drop for NatsBus {
                     .try_lock()
                     .ok()?
                     .as_ref()
-                    .map(fetch::Cursor::id)
+                    .map(crate::cursor::Cursor::id)
             })
             .collect();
         if cursors.is_empty() {

@@ -23,6 +23,7 @@ use bus_core::{BusError, PartitionOffsets, StoredEvent};
 use futures::StreamExt;
 use futures::future::join_all;
 
+use crate::cursor::{Ahead, Cursor, CursorSlot};
 use crate::errors::unavailable;
 use crate::get::Reads;
 use crate::record::{RawMessage, decode, epoch_ms, from_stream_message};
@@ -48,37 +49,6 @@ const AHEAD_PAGES: usize = 2;
 /// A read-ahead page whose next message takes longer than this is taken
 /// for lost (a reconnect forgets pull requests); the cursor is replaced.
 const AHEAD_STALL: Duration = Duration::from_secs(2);
-
-/// A partition's reader for sequential replay.
-pub(crate) struct Cursor {
-    consumer: PullConsumer,
-    stream: String,
-    /// The stream sequence the caller reads next (the consumer may have
-    /// delivered further, into `ahead`).
-    next: u64,
-    used: Instant,
-    /// Reads in a row that continued where the last one ended.
-    sequential: u32,
-    /// The pull request for the next pages, sent when the last one was
-    /// used up; its messages arrive into its subscription meanwhile.
-    ahead: Option<Ahead>,
-}
-
-/// A read-ahead pull request and how many messages it may still bring.
-struct Ahead {
-    batch: Batch,
-    left: usize,
-}
-
-impl Cursor {
-    /// The consumer's stream and name, for deleting it.
-    pub(crate) fn id(&self) -> (String, String) {
-        (
-            self.stream.clone(),
-            self.consumer.cached_info().name.clone(),
-        )
-    }
-}
 
 /// The stream's first and last sequence, from the server.
 async fn bounds(
@@ -116,9 +86,6 @@ pub(crate) async fn offsets(
         next: last,
     })
 }
-
-/// A partition's sequential-replay cursor, when one is open.
-pub(crate) type CursorSlot = tokio::sync::Mutex<Option<Cursor>>;
 
 /// Up to `max` records of `partition` from `offset`, ascending, gap-free,
 /// still encoded (see [`decode_all`]).

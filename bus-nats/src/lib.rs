@@ -43,6 +43,7 @@
 //! UID to make that harmless.
 
 mod bus;
+mod cursor;
 mod errors;
 mod fetch;
 #[cfg(feature = "fuzzing")]
