@@ -123,26 +123,12 @@ fn mac_for(key: &[u8]) -> HmacSha256 {
 
 /// Lower-case hex of `bytes` (for tags carried in headers).
 pub fn to_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
-            let _ = write!(out, "{byte:02x}");
-            out
-        })
+    hex::encode(bytes)
 }
 
 /// Parses lower- or upper-case hex; `None` when malformed.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    // `from_str_radix` alone would also take a sign (`"+f"`), giving a tag
-    // more than one spelling.
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    hex::decode(text).ok()
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod event;
 pub mod executor;
 mod manifest;
 mod partition;
+mod percent;
 pub mod record;
 pub mod subscription;
 
@@ -35,6 +36,7 @@ pub use manifest::{
     Manifest, TopicSpec, validate_topic_name,
 };
 pub use partition::{fnv1a64, partition_for};
+pub use percent::{percent_decode, percent_encode};
 pub use record::{
     MAX_JSON_DEPTH, check_partition, encode_value, json_depth, validate_key, validate_topic,
     validate_uid,

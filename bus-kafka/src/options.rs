@@ -232,13 +232,16 @@ impl KafkaOptions {
         let (mut user, mut password) = match userinfo {
             Some(info) => {
                 let (user, password) = info.split_once(':').unwrap_or((info, ""));
-                (Some(decode(user)), Some(decode(password)))
+                (
+                    Some(decode("username", user)?),
+                    Some(decode("password", password)?),
+                )
             }
             None => (None, None),
         };
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = decode(value);
+            let value = decode(name, value)?;
             match name {
                 "timeout_ms" => {
                     let ms: u64 = value.parse().map_err(|_| {
@@ -443,27 +446,15 @@ fn parse_bool(field: &str, value: &str) -> Result<bool, BusError> {
 }
 
 /// Percent-decoding of URL components.
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = || {
-            let pair = text.get(i + 1..i + 3)?;
-            u8::from_str_radix(pair, 16).ok()
-        };
-        match (bytes[i], hex()) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// A percent-encoded URL part, decoded; malformed is an argument error
+/// naming `field`, never a different value.
+fn decode(field: &str, text: &str) -> Result<String, BusError> {
+    bus_core::percent_decode(text).ok_or_else(|| {
+        BusError::invalid(
+            field,
+            "malformed percent-encoding (a % must start %XX of valid UTF-8)",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -503,6 +494,8 @@ mod tests {
             "nats://h",
             "kafka://h?nope=1",
             "kafka://h?timeout_ms=x",
+            "kafka://u:pw%zz@h",
+            "kafka://h?manifest_topic=%E2%82",
             "h:9092",
         ] {
             assert!(
