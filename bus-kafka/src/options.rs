@@ -1,6 +1,7 @@
 //! Connection options: the bootstrap list, TLS, SASL and timeouts, from a
 //! `kafka://` URL or the [`KafkaOptions`] builder.
 
+use secrecy::{ExposeSecret, SecretString};
 use std::time::Duration;
 
 use bus_core::BusError;
@@ -57,7 +58,7 @@ pub struct KafkaOptions {
     pub(crate) timeout: Duration,
     pub(crate) tls: bool,
     pub(crate) ca_location: Option<String>,
-    pub(crate) sasl: Option<(SaslMechanism, String, String)>,
+    pub(crate) sasl: Option<(SaslMechanism, String, SecretString)>,
     /// A client certificate and its private key (PEM files), for brokers
     /// that require mutual TLS.
     pub(crate) client_cert: Option<(String, String)>,
@@ -144,7 +145,11 @@ impl KafkaOptions {
         username: impl Into<String>,
         password: impl Into<String>,
     ) -> Self {
-        self.sasl = Some((mechanism, username.into(), password.into()));
+        self.sasl = Some((
+            mechanism,
+            username.into(),
+            SecretString::from(password.into()),
+        ));
         self
     }
 
@@ -287,7 +292,7 @@ impl KafkaOptions {
         }
         if let Some(user) = user {
             let mechanism = mechanism.unwrap_or(SaslMechanism::ScramSha512);
-            options.sasl = Some((mechanism, user, password.unwrap_or_default()));
+            options.sasl = Some((mechanism, user, password.unwrap_or_default().into()));
         } else if mechanism.is_some() {
             return Err(BusError::invalid(
                 "sasl_mechanism",
@@ -356,7 +361,7 @@ impl KafkaOptions {
             config
                 .set("sasl.mechanisms", mechanism.as_kafka())
                 .set("sasl.username", user)
-                .set("sasl.password", password);
+                .set("sasl.password", password.expose_secret());
         }
         for (name, value) in &self.rdkafka {
             config.set(name, value);
@@ -368,7 +373,9 @@ impl KafkaOptions {
     /// for error messages.
     pub(crate) fn redact(&self, text: String) -> String {
         let mut text = match &self.sasl {
-            Some((_, _, password)) if !password.is_empty() => text.replace(password, "<redacted>"),
+            Some((_, _, password)) if !password.expose_secret().is_empty() => {
+                text.replace(password.expose_secret(), "<redacted>")
+            }
             _ => text,
         };
         for (name, value) in &self.rdkafka {
