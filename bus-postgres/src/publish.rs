@@ -17,7 +17,7 @@
 //! transaction, so a rolled-back round leaves no hole.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{
@@ -26,16 +26,8 @@ use bus_core::{
 use tokio::sync::oneshot;
 
 use crate::errors::{pg, pool};
+use crate::queue::{Prepared, Queue, Request};
 use crate::shared::{Shared, Topic};
-
-/// A checked, encoded and signed record, not yet stored.
-pub(crate) struct Prepared {
-    pub(crate) partition: u32,
-    key: String,
-    uid: Option<String>,
-    value: Vec<u8>,
-    tag: Option<Vec<u8>>,
-}
 
 /// Checks and encodes one record; nothing is sent yet, so a batch with a bad
 /// record stores nothing.
@@ -71,23 +63,6 @@ pub(crate) fn prepare(
         value,
         tag,
     })
-}
-
-struct Request {
-    records: Vec<Prepared>,
-    reply: oneshot::Sender<Result<Vec<u64>, BusError>>,
-}
-
-/// The pending publishes of one partition.
-#[derive(Default)]
-pub(crate) struct Queue {
-    state: Mutex<QueueState>,
-}
-
-#[derive(Default)]
-struct QueueState {
-    pending: Vec<Request>,
-    flushing: bool,
 }
 
 /// Stores `records` (all of one partition, in order) and returns their
