@@ -22,6 +22,7 @@ pub mod executor;
 mod manifest;
 mod partition;
 mod percent;
+mod prepare;
 pub mod record;
 pub mod subscription;
 
@@ -37,6 +38,7 @@ pub use manifest::{
 };
 pub use partition::{fnv1a64, partition_for};
 pub use percent::{percent_decode, percent_encode};
+pub use prepare::{PreparedRecord, prepare_record, uid_partition};
 pub use record::{
     MAX_JSON_DEPTH, check_partition, encode_value, json_depth, validate_key, validate_topic,
     validate_uid,

@@ -20,9 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::{
-    BusError, encode_value, now_ms, partition_for, resolve_uid, validate_key, validate_uid,
-};
+use bus_core::{BusError, now_ms, prepare_record};
 use tokio::sync::oneshot;
 
 use crate::errors::{pg, pool};
@@ -38,30 +36,13 @@ pub(crate) fn prepare(
     value: &serde_json::Value,
     uid: Option<&str>,
 ) -> Result<Prepared, BusError> {
-    let spec = &topic.spec;
-    validate_key(key)?;
-    let uid = resolve_uid(value, uid)?;
-    if let Some(uid) = uid {
-        validate_uid(uid)?;
-    }
-    let value = encode_value(&spec.name, value, spec.max_record_bytes)?;
-    let partition = partition_for(key, spec.partitions);
-    let tag = auth.map(|auth| {
-        auth.tag(RecordParts {
-            topic: &spec.name,
-            partition,
-            key,
-            uid,
-            value: &value,
-        })
-        .to_vec()
-    });
+    let record = prepare_record(&topic.spec, key, value, uid, auth)?;
     Ok(Prepared {
-        partition,
-        key: key.to_owned(),
-        uid: uid.map(str::to_owned),
-        value,
-        tag,
+        partition: record.partition,
+        key: record.key.to_owned(),
+        uid: record.uid.map(str::to_owned),
+        value: record.value,
+        tag: record.tag.map(|tag| tag.to_vec()),
     })
 }
 
