@@ -10,7 +10,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    check_partition, partition_for, validate_key, validate_topic, validate_uid,
+    check_partition, uid_partition, validate_topic, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};
@@ -212,9 +212,7 @@ impl EventBus for NatsBus {
         event_uid: &str,
     ) -> Result<Option<PublishAck>, BusError> {
         let state = self.topic(topic)?;
-        validate_key(key)?;
-        validate_uid(event_uid)?;
-        let partition = partition_for(key, state.spec.partitions);
+        let partition = uid_partition(&state.spec, key, event_uid)?;
         let stream = state
             .partitions
             .get(partition as usize)
