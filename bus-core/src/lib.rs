@@ -33,8 +33,8 @@ pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
 #[cfg(feature = "connector")]
 pub use executor::ConnectorExecutor;
 pub use manifest::{
-    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT,
-    Manifest, TopicSpec, validate_topic_name,
+    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, InvalidName, MAX_PARTITIONS,
+    MAX_RECORD_BYTES_LIMIT, Manifest, TopicSpec, validate_topic_name,
 };
 pub use partition::{fnv1a64, partition_for};
 pub use percent::{percent_decode, percent_encode};

@@ -8,6 +8,7 @@
 //! whose escape would be long by a hash (`_h` + 40 hex digits, a prefix the
 //! escape never produces), keeping stream names well within NATS limits.
 
+use bus_core::InvalidName;
 use sha2::{Digest, Sha256};
 
 use bus_core::auth::to_hex;
@@ -31,18 +32,20 @@ const MAX_ESCAPED: usize = 64;
 
 /// Whether `prefix` can start stream names: 1 to 32 of `[A-Za-z0-9-]` (no
 /// `_`, so `{prefix}_` marks where the topic part starts).
-pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+pub fn validate_prefix(prefix: &str) -> Result<(), InvalidName> {
     if prefix.is_empty() || prefix.len() > 32 {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "{} bytes long; use 1 to 32 of [A-Za-z0-9-]",
             prefix.len()
-        ));
+        )));
     }
     if let Some(bad) = prefix
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
     {
-        return Err(format!("contains {bad:?}; use only [A-Za-z0-9-]"));
+        return Err(InvalidName(format!(
+            "contains {bad:?}; use only [A-Za-z0-9-]"
+        )));
     }
     Ok(())
 }
