@@ -205,6 +205,7 @@ impl BusError {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use std::io::ErrorKind;
 
     use super::*;
