@@ -24,6 +24,7 @@ mod partition;
 mod percent;
 mod prepare;
 pub mod record;
+mod secrets;
 pub mod subscription;
 
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
@@ -43,6 +44,7 @@ pub use record::{
     MAX_JSON_DEPTH, check_partition, encode_value, json_depth, validate_key, validate_topic,
     validate_uid,
 };
+pub use secrets::is_secret_setting;
 pub use subscription::{
     Doorbell, DoorbellRegistry, Feed, Selector, StartAt, SubscribeOptions, Subscription,
     SubscriptionItem, SubscriptionStream,

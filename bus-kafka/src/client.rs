@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bus_core::BusError;
+use rdkafka::ClientConfig;
 use rdkafka::Message as _;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::{Client, ClientContext, DefaultClientContext};
@@ -73,6 +74,13 @@ pub fn kafka_topic_name(bus_name: &str) -> String {
 /// Builds the idempotent producer: `acks=all`, timeouts bounded by the bus
 /// timeout, partitions always chosen by the bus.
 pub(crate) fn producer(options: &KafkaOptions) -> Result<Producer, BusError> {
+    producer_config(options)
+        .create_with_context(DeliveryContext)
+        .map_err(|error| map_error(options, "creating the Kafka producer", error))
+}
+
+/// The producer's settings.
+pub(crate) fn producer_config(options: &KafkaOptions) -> ClientConfig {
     let mut config = options.client_config();
     config
         .set("enable.idempotence", "true")
@@ -85,13 +93,18 @@ pub(crate) fn producer(options: &KafkaOptions) -> Result<Producer, BusError> {
         .set("batch.size", "900000")
         .set("message.max.bytes", "100000000");
     config
-        .create_with_context(DeliveryContext)
-        .map_err(|error| map_error(options, "creating the Kafka producer", error))
 }
 
 /// A consumer for positioned reads: no group membership, no commits, no
 /// topic auto-creation.
 pub(crate) fn reader(options: &KafkaOptions) -> Result<Reader, BusError> {
+    reader_config(options)
+        .create()
+        .map_err(|error| map_error(options, "creating a Kafka consumer", error))
+}
+
+/// The positioned readers' settings.
+pub(crate) fn reader_config(options: &KafkaOptions) -> ClientConfig {
     let mut config = options.client_config();
     config
         .set(
@@ -112,17 +125,20 @@ pub(crate) fn reader(options: &KafkaOptions) -> Result<Reader, BusError> {
         .set("queued.max.messages.kbytes", "16384")
         .set("session.timeout.ms", "45000");
     config
-        .create()
-        .map_err(|error| map_error(options, "creating a Kafka consumer", error))
 }
 
 /// The admin client (topic creation, deletion, configs).
 pub(crate) fn admin(options: &KafkaOptions) -> Result<AdminClient<DefaultClientContext>, BusError> {
+    admin_config(options)
+        .create()
+        .map_err(|error| map_error(options, "creating the Kafka admin client", error))
+}
+
+/// The admin client's settings.
+pub(crate) fn admin_config(options: &KafkaOptions) -> ClientConfig {
     let mut config = options.client_config();
     config.set("request.timeout.ms", options.timeout_ms());
     config
-        .create()
-        .map_err(|error| map_error(options, "creating the Kafka admin client", error))
 }
 
 /// Partition counts of every topic the cluster lists. Always asks for all
@@ -227,12 +243,9 @@ fn stale_metadata(error: &KafkaError) -> bool {
 
 /// The one mapping from librdkafka errors to [`BusError`] (secrets redacted).
 pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -> BusError {
-    // librdkafka refused its configuration: an unknown pass-through setting,
-    // a certificate or key file it cannot load. The caller's to fix.
-    if matches!(
-        error,
-        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(..)
-    ) {
+    // librdkafka refused a setting (an unknown or malformed pass-through):
+    // the caller's to fix.
+    if matches!(error, KafkaError::ClientConfig(..)) {
         return BusError::invalid("kafka options", options.redact(format!("{what}: {error}")));
     }
     let after_ms = u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX);

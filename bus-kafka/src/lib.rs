@@ -62,6 +62,8 @@ mod reader;
 #[doc(hidden)]
 pub mod reference;
 mod registry;
+#[cfg(test)]
+mod settings_check;
 mod subscribe;
 
 pub use client::kafka_topic_name;

@@ -164,11 +164,14 @@ impl KafkaOptions {
 
     /// Passes one librdkafka setting through to every client of the bus
     /// (`client.id`, `ssl.endpoint.identification.algorithm`,
-    /// `ssl.key.password`, `socket.keepalive.enable`, ...), applied after
-    /// the bus's own settings. Settings the contract depends on (acks,
-    /// idempotence, offsets, partitioning, the brokers and security
-    /// protocol the options set) are refused by [`KafkaOptions::validate`];
-    /// a name librdkafka does not know fails at connect.
+    /// `ssl.key.password`, `socket.keepalive.enable`, ...). A setting the
+    /// bus sets itself on any of its clients (acks, idempotence, offsets,
+    /// timeouts, batching, fetch waits, the brokers, TLS and SASL its
+    /// options set), or an alias of one, is refused by
+    /// [`KafkaOptions::validate`], so no setting silently overrides
+    /// another; a name librdkafka does not know is `InvalidArgument` at
+    /// connect. Values of secret-looking names are redacted in `Debug` and
+    /// errors.
     #[must_use]
     pub fn rdkafka(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.rdkafka.push((name.into(), value.into()));
@@ -387,56 +390,76 @@ impl KafkaOptions {
     }
 }
 
-/// Why a librdkafka setting may not be passed through, when it may not:
-/// the bus's guarantees rest on it, or an option of its own sets it.
-fn reserved(name: &str) -> Option<&'static str> {
-    const CONTRACT: &[&str] = &[
-        "acks",
-        "request.required.acks",
-        "enable.idempotence",
-        "max.in.flight.requests.per.connection",
-        "max.in.flight",
-        "retries",
-        "message.send.max.retries",
-        "enable.gapless.guarantee",
-        "transactional.id",
-        "partitioner",
-        "partitioner_cb",
-        "enable.auto.commit",
-        "enable.auto.offset.store",
-        "auto.offset.reset",
-        "allow.auto.create.topics",
-        "enable.partition.eof",
-        "isolation.level",
-        "group.id",
-        "message.timeout.ms",
-        "delivery.timeout.ms",
-        "message.max.bytes",
-    ];
-    const OPTIONS: &[&str] = &[
-        "bootstrap.servers",
-        "metadata.broker.list",
-        "security.protocol",
-        "ssl.ca.location",
-        "ssl.certificate.location",
-        "ssl.key.location",
-        "sasl.mechanisms",
-        "sasl.mechanism",
-        "sasl.username",
-        "sasl.password",
-    ];
-    if CONTRACT.contains(&name) {
-        Some("the bus sets this itself: its acks, dedup, offsets or partitioning depend on it")
-    } else if OPTIONS.contains(&name) {
-        Some("set by the bus's own options (brokers, tls, ca, cert/key, sasl); use those")
-    } else {
-        None
-    }
+/// librdkafka settings a pass-through may not name: every one the bus sets
+/// on one of its clients (a test in `client.rs` checks the list against
+/// the clients' configurations), their aliases, and the others its acks,
+/// dedup and ordering rest on. With none of them passed through, which
+/// value wins never depends on the order settings are applied in.
+const BUS_SETTINGS: &[&str] = &[
+    // The options' own (brokers, timeouts, TLS, SASL).
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "socket.timeout.ms",
+    "socket.connection.setup.timeout.ms",
+    "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms",
+    "log_level",
+    "security.protocol",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "sasl.mechanisms",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    // The producer: acks, idempotence, bounded waits, batching.
+    "enable.idempotence",
+    "acks",
+    "request.required.acks",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "request.timeout.ms",
+    "linger.ms",
+    "queue.buffering.max.ms",
+    "batch.size",
+    "message.max.bytes",
+    "max.in.flight.requests.per.connection",
+    "max.in.flight",
+    "retries",
+    "message.send.max.retries",
+    "enable.gapless.guarantee",
+    "transactional.id",
+    "partitioner",
+    "partitioner_cb",
+    // The readers and subscriptions: positioned, no commits, prompt ends.
+    "group.id",
+    "enable.auto.commit",
+    "auto.commit.enable",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "allow.auto.create.topics",
+    "enable.partition.eof",
+    "isolation.level",
+    "fetch.min.bytes",
+    "fetch.wait.max.ms",
+    "fetch.error.backoff.ms",
+    "fetch.queue.backoff.ms",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "session.timeout.ms",
+    "log.connection.close",
+];
+
+/// Why a librdkafka setting may not be passed through, when it may not.
+pub(crate) fn reserved(name: &str) -> Option<&'static str> {
+    BUS_SETTINGS.contains(&name).then_some(
+        "the bus sets this itself (its acks, dedup, offsets, bounded waits or TLS/SASL options depend on it); use the bus's own options",
+    )
 }
 
 /// Whether a pass-through setting holds a secret (shown as `<redacted>`).
 fn is_secret(name: &str) -> bool {
-    name.contains("password") || name.contains("secret") || name.ends_with(".pem")
+    bus_core::is_secret_setting(name)
 }
 
 /// A pass-through value as `Debug` shows it.

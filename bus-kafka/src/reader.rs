@@ -46,6 +46,10 @@ struct Slot {
     high: u64,
     /// Fetching is paused (the consumer is at the high watermark).
     paused: bool,
+    /// The next positioned read assigns again even at `next`: resumed,
+    /// librdkafka may take most of a second to send its next Fetch, while
+    /// an assignment fetches at once.
+    reassign: bool,
     last_used: u64,
 }
 
@@ -106,6 +110,7 @@ impl Pool {
             next: None,
             high: 0,
             paused: false,
+            reassign: false,
             last_used: clock,
         }));
         state.slots.insert(key, Arc::clone(&slot));
@@ -182,9 +187,7 @@ impl Pool {
         if slot.paused {
             slot.paused = false;
             pause(options, &slot.consumer, topic, partition, false)?;
-            // Resumed, librdkafka may take most of a second to send its next
-            // Fetch; an assignment fetches at once.
-            slot.next = None;
+            slot.reassign = true;
         }
         let read = self.read_slot(
             options, &mut slot, topic, partition, from, max, deadline, each,
@@ -220,9 +223,10 @@ impl Pool {
             if next >= high {
                 return Ok(Vec::new());
             }
-            if slot.next != Some(next) {
+            if slot.next != Some(next) || slot.reassign {
                 assign(options, &slot.consumer, topic, partition, next)?;
                 slot.next = Some(next);
+                slot.reassign = false;
             }
         }
         let mut out = Vec::with_capacity(max.min(4_096));

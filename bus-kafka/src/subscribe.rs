@@ -216,7 +216,7 @@ impl KafkaFeed {
 /// throwaway group (librdkafka wants one), no commits, back to the log start
 /// when the position expired (the engine then reports the gap as `Lagged`),
 /// and small queues, since every subscription owns one.
-fn consumer_config(options: &KafkaOptions) -> rdkafka::ClientConfig {
+pub(crate) fn consumer_config(options: &KafkaOptions) -> rdkafka::ClientConfig {
     // librdkafka wants the socket timeout at least a second above the wait.
     let wait = FETCH_WAIT_MS.min(options.timeout.as_millis().saturating_sub(1_000).max(10));
     let mut config = options.client_config();

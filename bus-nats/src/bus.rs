@@ -77,6 +77,7 @@ impl NatsBus {
                         unavailable(format!("connecting to {:?}: {error}", options.servers))
                     })?;
                 let max_payload = client.server_info().max_payload;
+                let clustered = client.server_info().cluster.is_some();
                 let js = jetstream::ContextBuilder::new()
                     .timeout(options.timeout)
                     .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
@@ -84,11 +85,13 @@ impl NatsBus {
                 js.query_account()
                     .await
                     .map_err(|error| unavailable(format!("JetStream is not available: {error}")))?;
-                Ok::<_, BusError>((js, max_payload))
+                Ok::<_, BusError>((js, max_payload, clustered))
             })??;
-        let (js, max_payload) = connected;
+        let (js, max_payload, clustered) = connected;
+        let mut shared = Shared::new(js, prefix, timeout, max_payload);
+        shared.clustered = clustered;
         Ok(Self {
-            shared: Arc::new(Shared::new(js, prefix, timeout, max_payload)),
+            shared: Arc::new(shared),
             executor: Arc::new(executor),
         })
     }
@@ -221,7 +224,6 @@ impl EventBus for NatsBus {
                 BusError::Backend(format!("topic {topic:?} lost partition {partition}"))
             })?;
         let subject = record_subject(&stream, Some(event_uid));
-        let replicas = state.spec.replication_factor;
         let (name, uid) = (topic.to_owned(), event_uid.to_owned());
         let sequence = self.run("find_event_by_uid", move |shared| async move {
             let what = format!("find_event_by_uid in {stream}");
@@ -233,7 +235,7 @@ impl EventBus for NatsBus {
             // The server's per-subject index answers; nothing is scanned.
             let auth = shared.auth();
             let lookup = UidSubject {
-                reads: Reads::new(&handle, replicas),
+                reads: Reads::new(&handle, shared.clustered),
                 subject: &subject,
                 topic: &name,
                 partition,

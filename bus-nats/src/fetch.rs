@@ -110,10 +110,13 @@ pub(crate) async fn fetch_with(
     max: usize,
     slot: &CursorSlot,
 ) -> Result<Vec<RawMessage>, BusError> {
+    // A top-up gives up by half the operation timeout, so a fetch whose
+    // reader lags returns the prefix it has rather than time out whole.
+    let top_up_deadline = Instant::now() + shared.timeout / 2;
     let name = topic.spec.name.as_str();
     let state = topic.partition(partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
-    let replicas = topic.spec.replication_factor;
+    let clustered = shared.clustered;
     let mut start = offset.saturating_add(1);
     let mut end = state.known_end();
     let mut asked = false;
@@ -131,7 +134,7 @@ pub(crate) async fn fetch_with(
             .get_stream_no_info(&state.stream)
             .await
             .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
-        let reads = Reads::new(&stream, replicas);
+        let reads = Reads::new(&stream, clustered);
         let messages = if count <= DIRECT_MAX {
             direct(reads, start, count, &what).await?
         } else {
@@ -146,17 +149,23 @@ pub(crate) async fn fetch_with(
         }
         break (stream, messages, start + count - 1);
     };
-    if replicas > 1 {
-        top_up(
-            shared,
-            state,
-            slot,
-            Reads::new(&stream, replicas),
-            &mut messages,
-            wanted,
-            &what,
-        )
-        .await?;
+    if clustered {
+        let reads = Reads::new(&stream, clustered);
+        let more = top_up(shared, state, slot, reads, &mut messages, wanted, &what);
+        // Whatever happens, what was read is a gap-free prefix to return.
+        match tokio::time::timeout_at(top_up_deadline.into(), more).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(topic = name, partition, %error, "top-up failed; returning the prefix read");
+            }
+            Err(_) => {
+                tracing::debug!(
+                    topic = name,
+                    partition,
+                    "top-up ran out of time; returning the prefix read"
+                );
+            }
+        }
     }
     if let Some(last) = messages.last() {
         state.saw(last.sequence);
@@ -171,6 +180,7 @@ pub(crate) async fn fetch_with(
 /// leader when the reader makes no progress, so that no fetch sees fewer
 /// records than an earlier one or than its caller's own acks. What the
 /// leader does not hold either (the stream was replaced) ends the read.
+/// The caller bounds it in time; what it appended stays gap-free.
 async fn top_up(
     shared: &Shared,
     state: &PartitionState,
@@ -180,9 +190,8 @@ async fn top_up(
     wanted: u64,
     what: &str,
 ) -> Result<(), BusError> {
-    let deadline = Instant::now() + shared.timeout;
     while let Some(last) = messages.last().map(|message| message.sequence) {
-        if last >= wanted || Instant::now() >= deadline {
+        if last >= wanted {
             break;
         }
         let (start, count) = (last + 1, wanted - last);

@@ -5,9 +5,11 @@
 //! replicated stream a follower may not have applied yet what the leader
 //! acked. A read there could miss a record its caller saw acked or read a
 //! moment before: a fetch would see fewer records than an earlier one, and
-//! a find could miss a record just published. So replicated streams are
-//! read through the leader (JetStream's message-get API); a stream of one
-//! replica has only one server to answer, and keeps the faster direct gets.
+//! a find could miss a record just published. So on a clustered server
+//! every point read goes through the stream's leader (JetStream's
+//! message-get API), whatever replica count the manifest gave (an operator
+//! can change a stream's replicas); a single server keeps the faster
+//! direct gets.
 
 use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{DirectGetErrorKind, LastRawMessageErrorKind, Stream};
@@ -24,11 +26,11 @@ pub(crate) struct Reads<'a> {
 pub(crate) type ReadError = async_nats::Error;
 
 impl<'a> Reads<'a> {
-    /// Reads of `stream`, whose topic has `replicas` replicas.
-    pub(crate) fn new(stream: &'a Stream<()>, replicas: u16) -> Self {
+    /// Reads of `stream`; through its leader when `clustered`.
+    pub(crate) fn new(stream: &'a Stream<()>, clustered: bool) -> Self {
         Self {
             stream,
-            leader: replicas > 1,
+            leader: clustered,
         }
     }
 

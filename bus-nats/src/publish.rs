@@ -223,7 +223,7 @@ async fn settle(
         .await
         .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
     let lookup = UidSubject {
-        reads: Reads::new(&stream, topic.spec.replication_factor),
+        reads: Reads::new(&stream, shared.clustered),
         subject,
         topic: name,
         partition,

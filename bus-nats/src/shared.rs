@@ -25,6 +25,9 @@ pub(crate) struct Shared {
     pub(crate) timeout: Duration,
     /// The server's `max_payload`, learnt at connect.
     pub(crate) max_payload: usize,
+    /// Whether the server is part of a cluster (learnt at connect): point
+    /// reads then go through each stream's leader (see `get.rs`).
+    pub(crate) clustered: bool,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     auth: RwLock<Option<RecordAuth>>,
 }
@@ -86,6 +89,7 @@ impl Shared {
             prefix,
             timeout,
             max_payload,
+            clustered: false,
             topics: RwLock::new(HashMap::new()),
             auth: RwLock::new(None),
         }

@@ -8,7 +8,7 @@ use bus_core::subscription::Plan;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    partition_for, validate_key, validate_uid,
+    uid_partition, validate_uid,
 };
 
 use crate::errors::pool;
@@ -162,9 +162,7 @@ impl EventBus for PostgresBus {
         event_uid: &str,
     ) -> Result<Option<PublishAck>, BusError> {
         let state = self.core.topic(topic)?;
-        validate_key(key)?;
-        validate_uid(event_uid)?;
-        let partition = partition_for(key, state.spec.partitions);
+        let partition = uid_partition(&state.spec, key, event_uid)?;
         let uid = event_uid.to_owned();
         let name = state.spec.name.clone();
         let found = self.core.run("find by UID", move |shared| async move {

@@ -77,15 +77,20 @@ fn redact_params(text: &str) -> String {
             continue;
         }
         let after = &text[index..];
-        let Some(name) = SECRET_PARAMS.iter().find(|name| {
-            after
-                .get(..name.len())
-                .is_some_and(|head| head.eq_ignore_ascii_case(name))
-                && after[name.len()..].starts_with('=')
-        }) else {
+        let Some(name_len) = SECRET_PARAMS
+            .iter()
+            .find(|name| {
+                after
+                    .get(..name.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(name))
+                    && after[name.len()..].starts_with('=')
+            })
+            .map(|name| name.len())
+            .or_else(|| secret_pass_through(after))
+        else {
             continue;
         };
-        let value_start = index + name.len() + 1;
+        let value_start = index + name_len + 1;
         let value_len = text[value_start..]
             .find(|c: char| c == '&' || ends_word(c))
             .unwrap_or(text.len() - value_start);
@@ -98,6 +103,22 @@ fn redact_params(text: &str) -> String {
     }
     out.push_str(&text[copied..]);
     out
+}
+
+/// The length of `rdkafka.NAME` at the start of `text` when it is followed
+/// by `=` and NAME is a librdkafka setting that holds a secret
+/// (`rdkafka.ssl.key.pem=`, `rdkafka.sasl.oauthbearer.config=`, ...).
+fn secret_pass_through(text: &str) -> Option<usize> {
+    const PREFIX: &str = "rdkafka.";
+    if !text
+        .get(..PREFIX.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(PREFIX))
+    {
+        return None;
+    }
+    let end = text.find(|c: char| c == '=' || c == '&' || ends_word(c))?;
+    (text[end..].starts_with('=') && bus::is_secret_setting(&text[PREFIX.len()..end]))
+        .then_some(end)
 }
 
 /// Any `…/name.creds` path → `***.creds` (the path says whose credentials).
@@ -156,6 +177,17 @@ mod tests {
         );
         assert!(text.contains("nats://***@h:4222"), "{text}");
         assert!(text.contains("\"***.creds\""), "{text}");
+    }
+
+    #[test]
+    fn secret_librdkafka_settings_are_masked_and_others_kept() {
+        let text = redact(
+            "kafkas://h:9093?rdkafka.ssl.key.pem=PEMDATA&rdkafka.sasl.oauthbearer.config=principal=x&rdkafka.ssl.key.password=Kp1&rdkafka.client.id=auditor",
+        );
+        for secret in ["PEMDATA", "principal=x", "Kp1"] {
+            assert!(!text.contains(secret), "{secret} leaked: {text}");
+        }
+        assert!(text.contains("rdkafka.client.id=auditor"), "{text}");
     }
 
     #[test]
