@@ -86,9 +86,10 @@ cmd_start() {
     t0="$(now_ms)"
     log "starting dockerd (storage driver $driver, data root $DOCKER_HOME/data, log $OWN_LOG)"
     echo "==== $(date -u +%FT%TZ) start driver=$driver" >>"$OWN_LOG"
-    # Its own containerd (started by dockerd under the exec root), no system config file.
+    # Its own containerd (started by dockerd under the exec root), no system config file;
+    # published ports bind 127.0.0.1 unless a port mapping says otherwise (testcontainers).
     nohup dockerd --data-root "$DOCKER_HOME/data" --exec-root "$DOCKER_HOME/exec" \
-      --pidfile "$OWN_PIDFILE" -H "$DOCKER_HOST" --storage-driver "$driver" \
+      --pidfile "$OWN_PIDFILE" -H "$DOCKER_HOST" --storage-driver "$driver" --ip 127.0.0.1 \
       --config-file "$DOCKER_HOME/daemon.json" >>"$OWN_LOG" 2>&1 </dev/null &
     pid=$!
     local end=$(( t0 + 60000 ))
