@@ -7,14 +7,15 @@
 #                                    (data root, socket, pidfile under $BUS_BROKER_HOME/docker);
 #                                    prints: export DOCKER_HOST=...
 #   scripts/docker.sh stop           stop the dockerd this script started (never another one)
-#   scripts/docker.sh images         build bus-nats and bus-kafka images (cached by input hash)
-#   eval "$(scripts/docker.sh up)"   compose up the nats and kafka services, poll their health
+#   scripts/docker.sh images         build the bus-nats, bus-kafka, bus-postgres images (cached by input hash)
+#   eval "$(scripts/docker.sh up)"   compose up nats, kafka and postgres, poll their health
 #                                    checks; prints the export lines of the brokers
 #   scripts/docker.sh down           compose down -v, then check nothing of the project is left
 #   scripts/docker.sh env            print the export lines (no start)
 #
 # Env: BUS_BROKER_HOME (~/.cache/bus-brokers), BUS_NATS_IMAGE (bus-nats:2.15.1),
-#      BUS_KAFKA_IMAGE (bus-kafka:4.4.0), BUS_NATS_PORT (4222), BUS_KAFKA_PORT (9092),
+#      BUS_KAFKA_IMAGE (bus-kafka:4.4.0), BUS_POSTGRES_IMAGE (bus-postgres:15), BUS_NATS_PORT (4222),
+#      BUS_NATS_MONITOR_PORT (8222), BUS_KAFKA_PORT (9092), BUS_POSTGRES_PORT (5433),
 #      BUS_DOCKER_UP_TIMEOUT (180 s), BUS_DOCKER_STORAGE_DRIVER (overlay2, else vfs).
 # Human messages go to stderr, export lines to stdout.
 set -euo pipefail
@@ -123,16 +124,19 @@ own_or_running_host() {
 }
 
 compose() {
-  BUS_NATS_IMAGE="$NATS_IMAGE" BUS_KAFKA_IMAGE="$KAFKA_IMAGE" \
+  BUS_NATS_IMAGE="$NATS_IMAGE" BUS_KAFKA_IMAGE="$KAFKA_IMAGE" BUS_POSTGRES_IMAGE="$POSTGRES_IMAGE" \
     docker-compose -p "$COMPOSE_PROJECT" -f "$COMPOSE_FILE" "$@"
 }
 
 nats_port() { echo "${BUS_NATS_PORT:-4222}"; }
 kafka_port() { echo "${BUS_KAFKA_PORT:-9092}"; }
+postgres_port() { echo "${BUS_POSTGRES_PORT:-5433}"; }
+SERVICES=(nats kafka postgres)
 
 cmd_env() {
   echo "export BUS_NATS_URL=nats://127.0.0.1:$(nats_port)"
   echo "export BUS_KAFKA_BROKERS=127.0.0.1:$(kafka_port)"
+  echo "export BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:$(postgres_port)/bus"
 }
 
 # health SERVICE: the health status docker reports for the service's container.
@@ -148,16 +152,16 @@ cmd_up() {
   own_or_running_host
   build_images >&2
   local p
-  for p in "$(nats_port)" "$(kafka_port)" "${BUS_NATS_MONITOR_PORT:-8222}"; do
-    port_open 127.0.0.1 "$p" && die "port $p on 127.0.0.1 is already in use (set BUS_NATS_PORT / BUS_KAFKA_PORT / BUS_NATS_MONITOR_PORT)"
+  for p in "$(nats_port)" "$(kafka_port)" "${BUS_NATS_MONITOR_PORT:-8222}" "$(postgres_port)"; do
+    port_open 127.0.0.1 "$p" && die "port $p on 127.0.0.1 is already in use (set BUS_NATS_PORT / BUS_KAFKA_PORT / BUS_NATS_MONITOR_PORT / BUS_POSTGRES_PORT)"
   done
   local t0 end s st all
   t0="$(now_ms)"; end=$(( t0 + UP_TIMEOUT * 1000 ))
-  log "docker-compose up -d nats kafka (images $NATS_IMAGE, $KAFKA_IMAGE)"
-  compose up -d --no-build nats kafka >&2 || die "docker-compose up failed"
+  log "docker-compose up -d ${SERVICES[*]} (images $NATS_IMAGE, $KAFKA_IMAGE, $POSTGRES_IMAGE)"
+  compose up -d --no-build "${SERVICES[@]}" >&2 || die "docker-compose up failed"
   while :; do
     all=1; st=""
-    for s in nats kafka; do
+    for s in "${SERVICES[@]}"; do
       st="$st $s=$(health "$s")"
       [ "$(health "$s")" = healthy ] || all=0
     done

