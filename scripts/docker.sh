@@ -57,7 +57,7 @@ cmd_install() {
     apt_install $(printf '%s\n' "${need[@]}" | sort -u)
     log "installed ${need[*]} in $(( $(now_ms) - t0 )) ms"
   fi
-  log "docker CLI $(docker version --format '{{.Client.Version}}' 2>/dev/null || echo '?'), $(docker-compose version --short 2>/dev/null || echo 'no docker-compose')"
+  log "$(docker --version 2>/dev/null || echo 'no docker CLI'); docker-compose $(docker-compose version --short 2>/dev/null || echo 'missing')"
 }
 
 # start: print the DOCKER_HOST to use; start our own dockerd when nothing answers.
