@@ -75,6 +75,11 @@ default.replication.factor=3
 min.insync.replicas=2
 num.partitions=1
 unclean.leader.election.enable=false
+# A killed node is fenced, and its partitions get new leaders, after 3 s
+# without heartbeats instead of the default 9 s (publishing resumes within
+# one operation timeout; bus-kafka/tests/cluster_faults.rs).
+broker.session.timeout.ms=3000
+broker.heartbeat.interval.ms=500
 group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=1000
 log.initial.task.delay.ms=1000

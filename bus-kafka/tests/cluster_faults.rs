@@ -117,7 +117,7 @@ struct Acked {
 #[derive(Default)]
 struct Log {
     acked: Vec<Acked>,
-    failures: Vec<Duration>,
+    failures: Vec<(Duration, String)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -149,8 +149,12 @@ fn publish_until_acked(bus: &KafkaBus, thread: usize, seq: usize, log: &Mutex<Lo
             }
             Err(error) => {
                 let took = started.elapsed();
+                eprintln!(
+                    "cluster-fault kafka: {} failed after {took:?}: {error}",
+                    uid(thread, seq)
+                );
                 assert!(error.is_transient(), "{}: {error}", uid(thread, seq));
-                lock(log).failures.push(took);
+                lock(log).failures.push((took, error.to_string()));
                 assert!(first.elapsed() < WAIT, "{} never acked", uid(thread, seq));
             }
         }
@@ -262,8 +266,12 @@ fn leader_killed_under_load() {
         log.failures.len()
     );
     assert_eq!((lost, duplicated), (0, 0));
-    let slowest = log.failures.iter().max().copied().unwrap_or_default();
-    eprintln!("cluster-fault kafka: slowest failed publish {slowest:?}");
+    let mut failures = log.failures.clone();
+    failures.sort_by_key(|(took, _)| std::cmp::Reverse(*took));
+    for (took, error) in failures.iter().take(10) {
+        eprintln!("cluster-fault kafka: failed publish after {took:?}: {error}");
+    }
+    let slowest = failures.first().map(|(took, _)| *took).unwrap_or_default();
     assert!(
         slowest <= TIMEOUT + Duration::from_secs(1),
         "a failed publish took {slowest:?} (> timeout + 1 s)"
