@@ -118,21 +118,39 @@ pub fn kafka_topic_name(bus_name: &str) -> String {
     out
 }
 
-/// How long librdkafka keeps trying to deliver a record after its caller
-/// gave up: long enough to outlast a partition leader failover (the
-/// controller fences a dead broker after its session timeout, then elects a
-/// new leader), so a record in flight at the failover is delivered once by
-/// the idempotent producer and a retry of its UID gets its offset (see
-/// [`Late`]), instead of failing as "possibly persisted" and being
-/// produced a second time.
-const DELIVERY_FLOOR: Duration = Duration::from_secs(60);
+/// Which of a bus's two producers a record goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Records without a UID: librdkafka gives up on a record one bus
+    /// timeout after it was handed over. A longer wait would hold up
+    /// publishing after a broker restart: an idempotent producer whose
+    /// requests were cut off drains every record in flight before it goes
+    /// on, and records queued through the outage drain only by delivery or
+    /// by their own timeout.
+    Plain,
+    /// Records with a UID (and batches holding one): librdkafka keeps
+    /// trying for [`UID_DELIVERY_FLOOR`] or three bus timeouts, long enough
+    /// to outlast a partition leader failover (the controller fences a dead
+    /// broker after its session timeout, then elects a new leader). A
+    /// record in flight at the failover is then delivered once by the
+    /// idempotent producer and a retry of its UID gets its offset (see
+    /// [`Late`]), instead of failing as "possibly persisted" and being
+    /// produced a second time.
+    Uid,
+}
 
-/// Builds the idempotent producer: `acks=all`, requests bounded by the bus
-/// timeout, delivery retried for [`DELIVERY_FLOOR`] or three timeouts,
-/// partitions always chosen by the bus.
-pub(crate) fn producer(options: &KafkaOptions) -> Result<Producer, BusError> {
+/// The least time the UID producer keeps trying to deliver a record.
+const UID_DELIVERY_FLOOR: Duration = Duration::from_secs(30);
+
+/// Builds an idempotent producer: `acks=all`, requests bounded by the bus
+/// timeout, delivery retried as [`Delivery`] says, partitions always chosen
+/// by the bus.
+pub(crate) fn producer(options: &KafkaOptions, kind: Delivery) -> Result<Producer, BusError> {
     let mut config = options.client_config();
-    let delivery = (options.timeout * 3).max(DELIVERY_FLOOR);
+    let delivery = match kind {
+        Delivery::Plain => options.timeout,
+        Delivery::Uid => (options.timeout * 3).max(UID_DELIVERY_FLOOR),
+    };
     config
         .set("enable.idempotence", "true")
         .set("acks", "all")

@@ -13,7 +13,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
-use crate::client::{Late, Ticket, map_error, remaining, timed_out};
+use crate::client::{Delivery, Late, Ticket, map_error, remaining, timed_out};
 use crate::reader::{TAG_HEADER, UID_HEADER, lock};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};
@@ -112,7 +112,14 @@ pub(crate) fn deliver<'a>(
     deadline: Instant,
     make: impl Fn(usize, Box<Ticket>) -> BaseRecord<'a, str, [u8], Box<Ticket>>,
 ) -> Vec<Result<u64, BusError>> {
-    let producer = core.producer();
+    // Only UID records are tracked past their call: they go through the
+    // producer that keeps trying through a failover.
+    let kind = if lates.is_empty() {
+        Delivery::Plain
+    } else {
+        Delivery::Uid
+    };
+    let producer = core.producer(kind);
     let (reply, replies) = std::sync::mpsc::channel();
     let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
     out.resize_with(count, || None);
@@ -141,7 +148,7 @@ pub(crate) fn deliver<'a>(
                     if let Some(late) = &late {
                         late.set(Err(error.clone()));
                     }
-                    core.heal_producer(&producer);
+                    core.heal_producer(kind, &producer);
                     *slot = Some(Err(map_error(&core.options, "publish", error)));
                     break;
                 }
@@ -159,7 +166,7 @@ pub(crate) fn deliver<'a>(
                 BusError::Backend("kafka: delivery report without an offset".to_owned())
             }),
             Err(error) => {
-                core.heal_producer(&producer);
+                core.heal_producer(kind, &producer);
                 Err(map_error(&core.options, "publish", error))
             }
         });
