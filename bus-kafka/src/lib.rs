@@ -22,7 +22,11 @@
 //! - Fetches use consumers assigned at the requested offset, stop at the high
 //!   watermark and are reused for sequential replay.
 //! - UIDs are deduplicated by an in-process index per partition, warmed from
-//!   the partition's tail covering the topic's dedup window.
+//!   the partition's tail covering the topic's dedup window. UID records go
+//!   through a second idempotent producer that keeps retrying a record past
+//!   its call's timeout (through a partition leader failover); a retry of
+//!   the UID waits for that record's delivery report instead of producing
+//!   it again (see `client::Delivery`).
 //! - A live subscription owns one consumer, assigned (no group, no commits)
 //!   at its start offsets, and a thread that awaits librdkafka's wake-up,
 //!   decodes each record as `fetch` does and rings the subscription's
