@@ -9,9 +9,9 @@ use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::subscription::Plan;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
-    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions,
-    Subscription, TopicSpec, check_partition, encode_value, now_ms, partition_for, resolve_uid,
-    validate_key, validate_topic, validate_uid,
+    Manifest, PartitionOffsets, PreparedRecord, PublishAck, Selector, StartAt, StoredEvent,
+    SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms, prepare_record,
+    uid_partition, validate_topic, validate_uid,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -128,35 +128,26 @@ impl MemoryBus {
         uid: Option<&str>,
     ) -> Result<PublishAck, BusError> {
         let topic = self.store.topic(topic_name)?;
-        validate_key(key)?;
-        let uid = resolve_uid(value, uid)?;
-        if let Some(uid) = uid {
-            validate_uid(uid)?;
-        }
-        let bytes = encode_value(topic_name, value, topic.spec.max_record_bytes)?;
-        let partition = partition_for(key, topic.spec.partitions);
+        let auth = self.auth();
+        let PreparedRecord {
+            partition,
+            uid,
+            value: bytes,
+            tag,
+            ..
+        } = prepare_record(&topic.spec, key, value, uid, auth.as_ref())?;
         let mut log = topic.partition(partition)?;
         let ack = |offset| PublishAck {
             topic: topic_name.to_owned(),
             partition,
             offset,
         };
-        let auth = self.auth();
         if let Some(offset) =
             uid.and_then(|uid| log.authentic_uid(topic_name, partition, uid, auth.as_ref()))
         {
             return Ok(ack(offset));
         }
-        let tag = auth.map(|auth| {
-            auth.tag(RecordParts {
-                topic: topic_name,
-                partition,
-                key,
-                uid,
-                value: &bytes,
-            })
-            .to_vec()
-        });
+        let tag = tag.map(|tag| tag.to_vec());
         let offset = log.next_offset;
         log.push(
             Record {
@@ -287,9 +278,7 @@ impl EventBus for MemoryBus {
         event_uid: &str,
     ) -> Result<Option<PublishAck>, BusError> {
         let topic = self.store.topic(topic_name)?;
-        validate_key(key)?;
-        validate_uid(event_uid)?;
-        let partition = partition_for(key, topic.spec.partitions);
+        let partition = uid_partition(&topic.spec, key, event_uid)?;
         let log = topic.partition(partition)?;
         let auth = self.auth();
         Ok(log
@@ -434,12 +423,13 @@ impl EventBus for MemoryBus {
         // Validate the whole batch first so a bad record stores nothing.
         let spec = self.store.topic(topic)?.spec.clone();
         for record in records {
-            validate_key(&record.key)?;
-            let uid = resolve_uid(&record.value, record.uid.as_deref())?;
-            if let Some(uid) = uid {
-                validate_uid(uid)?;
-            }
-            encode_value(topic, &record.value, spec.max_record_bytes)?;
+            prepare_record(
+                &spec,
+                &record.key,
+                &record.value,
+                record.uid.as_deref(),
+                None,
+            )?;
         }
         records
             .iter()

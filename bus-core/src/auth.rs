@@ -2,6 +2,7 @@
 //! topic, partition, key, UID and value bytes.
 
 use hmac::{Hmac, KeyInit, Mac};
+use secrecy::{ExposeSecret, SecretBox};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -14,9 +15,17 @@ pub const TAG_LEN: usize = 32;
 const RECORD_KEY_LABEL: &[u8] = b"bus/record-auth/v1";
 
 /// The record-signing key derived from a control key. `Debug` never shows it.
-#[derive(Clone)]
 pub struct RecordAuth {
-    key: [u8; 32],
+    /// Zeroed when dropped.
+    key: SecretBox<[u8; 32]>,
+}
+
+impl Clone for RecordAuth {
+    fn clone(&self) -> Self {
+        Self {
+            key: SecretBox::new(Box::new(*self.key.expose_secret())),
+        }
+    }
 }
 
 impl std::fmt::Debug for RecordAuth {
@@ -46,7 +55,7 @@ impl RecordAuth {
         let mut mac = mac_for(control_key);
         mac.update(RECORD_KEY_LABEL);
         Self {
-            key: mac.finalize().into_bytes().into(),
+            key: SecretBox::new(Box::new(mac.finalize().into_bytes().into())),
         }
     }
 
@@ -72,7 +81,7 @@ impl RecordAuth {
     }
 
     fn mac(&self, parts: RecordParts<'_>) -> HmacSha256 {
-        let mut mac = mac_for(&self.key);
+        let mut mac = mac_for(self.key.expose_secret());
         // Length-prefix every variable field so no two different records
         // hash the same byte stream.
         let field = |mac: &mut HmacSha256, bytes: &[u8]| {
@@ -123,26 +132,12 @@ fn mac_for(key: &[u8]) -> HmacSha256 {
 
 /// Lower-case hex of `bytes` (for tags carried in headers).
 pub fn to_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
-            let _ = write!(out, "{byte:02x}");
-            out
-        })
+    hex::encode(bytes)
 }
 
 /// Parses lower- or upper-case hex; `None` when malformed.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    // `from_str_radix` alone would also take a sign (`"+f"`), giving a tag
-    // more than one spelling.
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    hex::decode(text).ok()
 }
 
 #[cfg(test)]

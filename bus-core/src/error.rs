@@ -185,8 +185,146 @@ impl BusError {
         }
     }
 
-    /// Whether retrying the same call later may succeed (timeouts, outages).
+    /// Whether retrying the same call later may succeed without anyone
+    /// changing anything: a bounded wait ran out, the backend is down or
+    /// busy, an interrupted system call. Everything else needs a change
+    /// first (the input, the manifest, the configuration, a reopen).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Timeout { .. } | Self::Unavailable { .. })
+        match self {
+            Self::Timeout { .. } | Self::Unavailable { .. } => true,
+            Self::Io(error) => matches!(
+                error.kind(),
+                std::io::ErrorKind::Interrupted
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::WouldBlock
+            ),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::io::ErrorKind;
+
+    use super::*;
+
+    /// One of every variant (and of each I/O kind that differs).
+    fn every_variant() -> Vec<BusError> {
+        let text = || "x".to_owned();
+        vec![
+            BusError::UnknownTopic(text()),
+            BusError::Io(std::io::Error::from(ErrorKind::Interrupted)),
+            BusError::Io(std::io::Error::from(ErrorKind::TimedOut)),
+            BusError::Io(std::io::Error::from(ErrorKind::WouldBlock)),
+            BusError::Io(std::io::Error::from(ErrorKind::NotFound)),
+            BusError::Io(std::io::Error::from(ErrorKind::PermissionDenied)),
+            BusError::Io(std::io::Error::from(ErrorKind::StorageFull)),
+            BusError::Serde(serde_json::from_str::<u8>("x").unwrap_err()),
+            BusError::Backend(text()),
+            BusError::UnknownPartition {
+                topic: text(),
+                partition: 9,
+                partitions: 1,
+            },
+            BusError::invalid("field", "reason"),
+            BusError::Conflict {
+                topic: text(),
+                property: text(),
+                existing: text(),
+                requested: text(),
+                fix: text(),
+            },
+            BusError::TooLarge {
+                topic: text(),
+                size: 2,
+                limit: 1,
+            },
+            BusError::TooDeep {
+                topic: text(),
+                depth: 2,
+                limit: 1,
+            },
+            BusError::Integrity {
+                topic: text(),
+                partition: 0,
+                offset: 0,
+                reason: text(),
+            },
+            BusError::Timeout {
+                operation: text(),
+                after_ms: 1,
+            },
+            BusError::Unavailable {
+                backend: text(),
+                reason: text(),
+            },
+            BusError::Locked { path: "d".into() },
+            BusError::ReadOnly {
+                operation: text(),
+                path: "d".into(),
+            },
+            BusError::Poisoned {
+                topic: text(),
+                partition: 0,
+                cause: text(),
+            },
+            BusError::Unsupported {
+                operation: text(),
+                backend: text(),
+            },
+            BusError::FeatureDisabled {
+                scheme: text(),
+                feature: text(),
+            },
+            BusError::Corrupt {
+                location: text(),
+                offset: 0,
+                reason: text(),
+            },
+        ]
+    }
+
+    /// What each variant should answer, spelled out with no wildcard: a new
+    /// variant does not compile here until someone decides.
+    fn retrying_helps(error: &BusError) -> bool {
+        match error {
+            BusError::Timeout { .. } | BusError::Unavailable { .. } => true,
+            BusError::Io(error) => matches!(
+                error.kind(),
+                ErrorKind::Interrupted | ErrorKind::TimedOut | ErrorKind::WouldBlock
+            ),
+            BusError::UnknownTopic(_)
+            | BusError::Serde(_)
+            | BusError::Backend(_)
+            | BusError::UnknownPartition { .. }
+            | BusError::InvalidArgument { .. }
+            | BusError::Conflict { .. }
+            | BusError::TooLarge { .. }
+            | BusError::TooDeep { .. }
+            | BusError::Integrity { .. }
+            | BusError::Locked { .. }
+            | BusError::ReadOnly { .. }
+            | BusError::Poisoned { .. }
+            | BusError::Unsupported { .. }
+            | BusError::FeatureDisabled { .. }
+            | BusError::Corrupt { .. } => false,
+        }
+    }
+
+    #[test]
+    fn is_transient_is_right_for_every_variant() {
+        let all = every_variant();
+        let transient: Vec<String> = all
+            .iter()
+            .filter(|error| error.is_transient())
+            .map(|error| format!("{error:?}"))
+            .collect();
+        // Exactly the timeouts, outages and retryable I/O kinds.
+        assert_eq!(transient.len(), 5, "{transient:#?}");
+        for error in &all {
+            assert_eq!(error.is_transient(), retrying_helps(error), "{error:?}");
+        }
     }
 }

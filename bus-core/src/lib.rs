@@ -1,8 +1,8 @@
 //! The core of `bus`: the [`EventBus`] trait every backend implements, its
 //! [`PublishAck`] / [`StoredEvent`] types, the one [`BusError`], the
 //! partitioner [`partition_for`], the topic [`Manifest`], record
-//! authentication and the [`ConnectorExecutor`] that network backends run
-//! their async clients on.
+//! authentication and (feature `connector`) the `ConnectorExecutor` that
+//! network backends run their async clients on.
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
@@ -17,9 +17,12 @@ mod bus;
 mod capabilities;
 mod error;
 mod event;
+#[cfg(feature = "connector")]
 pub mod executor;
 mod manifest;
 mod partition;
+mod percent;
+mod prepare;
 pub mod record;
 pub mod subscription;
 
@@ -27,12 +30,15 @@ pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
+#[cfg(feature = "connector")]
 pub use executor::ConnectorExecutor;
 pub use manifest::{
-    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT,
-    Manifest, TopicSpec, validate_topic_name,
+    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, InvalidName, MAX_PARTITIONS,
+    MAX_RECORD_BYTES_LIMIT, Manifest, TopicSpec, validate_topic_name,
 };
 pub use partition::{fnv1a64, partition_for};
+pub use percent::{percent_decode, percent_encode};
+pub use prepare::{PreparedRecord, prepare_record, uid_partition};
 pub use record::{
     MAX_JSON_DEPTH, check_partition, encode_value, json_depth, validate_key, validate_topic,
     validate_uid,

@@ -277,28 +277,45 @@ impl Manifest {
     }
 }
 
+/// Why a name (a topic, a stream prefix) is not acceptable, and what
+/// would be; callers turn it into [`BusError::InvalidArgument`] on their
+/// own field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidName(pub String);
+
+impl From<InvalidName> for String {
+    fn from(error: InvalidName) -> Self {
+        error.0
+    }
+}
+
 /// Checks a topic name: `[A-Za-z0-9._-]{1,200}`, never `.` or `..` (names
 /// become file names, stream names and Kafka topics). Returns why not.
-pub fn validate_topic_name(name: &str) -> Result<(), String> {
+pub fn validate_topic_name(name: &str) -> Result<(), InvalidName> {
     if name.is_empty() {
-        return Err("topic name is empty; use 1 to 200 of [A-Za-z0-9._-]".to_owned());
-    }
-    if name.len() > 200 {
-        return Err(format!(
-            "topic name is {} bytes long; use at most 200 of [A-Za-z0-9._-]",
-            name.len()
+        return Err(InvalidName(
+            "topic name is empty; use 1 to 200 of [A-Za-z0-9._-]".to_owned(),
         ));
     }
+    if name.len() > 200 {
+        return Err(InvalidName(format!(
+            "topic name is {} bytes long; use at most 200 of [A-Za-z0-9._-]",
+            name.len()
+        )));
+    }
     if name == "." || name == ".." {
-        return Err(format!("topic name {name:?} is reserved; pick another"));
+        return Err(InvalidName(format!(
+            "topic name {name:?} is reserved; pick another"
+        )));
     }
     if let Some(bad) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "topic name {name:?} contains {bad:?}; use only [A-Za-z0-9._-]"
-        ));
+        )));
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    partition_for, validate_key, validate_uid,
+    uid_partition, validate_uid,
 };
 
 use crate::reader::lock;
@@ -55,9 +55,7 @@ impl EventBus for KafkaBus {
         event_uid: &str,
     ) -> Result<Option<PublishAck>, BusError> {
         let entry = self.entry(topic)?;
-        validate_key(key)?;
-        validate_uid(event_uid)?;
-        let partition = partition_for(key, entry.spec.partitions);
+        let partition = uid_partition(&entry.spec, key, event_uid)?;
         let (core, deadline, uid) = (&self.core, self.deadline(), event_uid);
         let offset = {
             let state = {

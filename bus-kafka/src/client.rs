@@ -314,6 +314,14 @@ fn stale_metadata(error: &KafkaError) -> bool {
 
 /// The one mapping from librdkafka errors to [`BusError`] (secrets redacted).
 pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -> BusError {
+    // librdkafka refused its configuration: an unknown pass-through setting,
+    // a certificate or key file it cannot load. The caller's to fix.
+    if matches!(
+        error,
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(..)
+    ) {
+        return BusError::invalid("kafka options", options.redact(format!("{what}: {error}")));
+    }
     let after_ms = u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX);
     match error.rdkafka_error_code() {
         Some(

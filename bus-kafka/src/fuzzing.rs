@@ -7,6 +7,7 @@
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, StoredEvent};
 use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+use secrecy::ExposeSecret;
 
 use crate::KafkaOptions;
 use crate::options::SaslMechanism;
@@ -90,7 +91,7 @@ pub fn sasl(options: &KafkaOptions) -> Option<(SaslMechanism, &str, &str)> {
     options
         .sasl
         .as_ref()
-        .map(|(mechanism, user, password)| (*mechanism, user.as_str(), password.as_str()))
+        .map(|(mechanism, user, password)| (*mechanism, user.as_str(), password.expose_secret()))
 }
 
 /// `text` as error messages show it (the password replaced).

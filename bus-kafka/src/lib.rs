@@ -62,6 +62,7 @@ mod options;
 mod provision;
 mod publish;
 mod reader;
+#[cfg(feature = "reference")]
 #[doc(hidden)]
 pub mod reference;
 mod registry;

@@ -1,6 +1,7 @@
 //! Connection options: the bootstrap list, TLS, SASL and timeouts, from a
 //! `kafka://` URL or the [`KafkaOptions`] builder.
 
+use secrecy::{ExposeSecret, SecretString};
 use std::time::Duration;
 
 use bus_core::BusError;
@@ -57,7 +58,13 @@ pub struct KafkaOptions {
     pub(crate) timeout: Duration,
     pub(crate) tls: bool,
     pub(crate) ca_location: Option<String>,
-    pub(crate) sasl: Option<(SaslMechanism, String, String)>,
+    pub(crate) sasl: Option<(SaslMechanism, String, SecretString)>,
+    /// A client certificate and its private key (PEM files), for brokers
+    /// that require mutual TLS.
+    pub(crate) client_cert: Option<(String, String)>,
+    /// librdkafka settings passed through as given, applied after the bus's
+    /// own (see [`KafkaOptions::rdkafka`]).
+    pub(crate) rdkafka: Vec<(String, String)>,
     pub(crate) manifest_topic: String,
     /// `None`: three replicas when the cluster has three brokers, else one.
     pub(crate) manifest_replication: Option<u16>,
@@ -77,6 +84,15 @@ impl std::fmt::Debug for KafkaOptions {
                     .as_ref()
                     .map(|(mechanism, user, _)| (mechanism, user, "<redacted>")),
             )
+            .field("client_cert", &self.client_cert)
+            .field(
+                "rdkafka",
+                &self
+                    .rdkafka
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), shown(name, value)))
+                    .collect::<Vec<_>>(),
+            )
             .field("manifest_topic", &self.manifest_topic)
             .finish()
     }
@@ -91,6 +107,8 @@ impl KafkaOptions {
             tls: false,
             ca_location: None,
             sasl: None,
+            client_cert: None,
+            rdkafka: Vec::new(),
             manifest_topic: DEFAULT_MANIFEST_TOPIC.to_owned(),
             manifest_replication: None,
         }
@@ -127,7 +145,33 @@ impl KafkaOptions {
         username: impl Into<String>,
         password: impl Into<String>,
     ) -> Self {
-        self.sasl = Some((mechanism, username.into(), password.into()));
+        self.sasl = Some((
+            mechanism,
+            username.into(),
+            SecretString::from(password.into()),
+        ));
+        self
+    }
+
+    /// A client certificate and its private key (PEM files) for brokers that
+    /// require mutual TLS (`ssl.client.auth=required`); implies TLS.
+    #[must_use]
+    pub fn client_cert(mut self, cert: impl Into<String>, key: impl Into<String>) -> Self {
+        self.client_cert = Some((cert.into(), key.into()));
+        self.tls = true;
+        self
+    }
+
+    /// Passes one librdkafka setting through to every client of the bus
+    /// (`client.id`, `ssl.endpoint.identification.algorithm`,
+    /// `ssl.key.password`, `socket.keepalive.enable`, ...), applied after
+    /// the bus's own settings. Settings the contract depends on (acks,
+    /// idempotence, offsets, partitioning, the brokers and security
+    /// protocol the options set) are refused by [`KafkaOptions::validate`];
+    /// a name librdkafka does not know fails at connect.
+    #[must_use]
+    pub fn rdkafka(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.rdkafka.push((name.into(), value.into()));
         self
     }
 
@@ -148,7 +192,10 @@ impl KafkaOptions {
         self
     }
 
-    /// Parses `kafka://h1:9092,h2:9092?timeout_ms=3000&tls=true&ca=/ca.pem&sasl_mechanism=SCRAM-SHA-256&username=u&password=p&manifest_topic=t`.
+    /// Parses `kafka://h1:9092,h2:9092?timeout_ms=3000&tls=true&ca=/ca.pem&sasl_mechanism=SCRAM-SHA-256&username=u&password=p&manifest_topic=t`;
+    /// `cert=/client.pem&key=/client.key` for mutual TLS, and
+    /// `rdkafka.<name>=<value>` passes a librdkafka setting through (see
+    /// [`KafkaOptions::rdkafka`]).
     /// `kafka+tls://` or `kafkas://` turn TLS on; `user:password@` before the
     /// hosts is the same as the username and password parameters; with a
     /// username and no `sasl_mechanism`, SCRAM-SHA-512 is used. SASL without
@@ -186,16 +233,20 @@ impl KafkaOptions {
             .collect();
         let mut options = Self::new(brokers).tls(tls);
         let mut mechanism = None;
+        let (mut cert, mut key) = (None, None);
         let (mut user, mut password) = match userinfo {
             Some(info) => {
                 let (user, password) = info.split_once(':').unwrap_or((info, ""));
-                (Some(decode(user)), Some(decode(password)))
+                (
+                    Some(decode("username", user)?),
+                    Some(decode("password", password)?),
+                )
             }
             None => (None, None),
         };
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = decode(value);
+            let value = decode(name, value)?;
             match name {
                 "timeout_ms" => {
                     let ms: u64 = value.parse().map_err(|_| {
@@ -212,19 +263,36 @@ impl KafkaOptions {
                 "username" | "user" => user = Some(value),
                 "password" => password = Some(value),
                 "manifest_topic" => options.manifest_topic = value,
-                other => {
-                    return Err(BusError::invalid(
-                        "url",
-                        format!(
-                            "unknown parameter {other:?}; known: timeout_ms, tls, ca, sasl_mechanism, username, password, manifest_topic"
-                        ),
-                    ));
-                }
+                "cert" => cert = Some(value),
+                "key" => key = Some(value),
+                other => match other.strip_prefix("rdkafka.") {
+                    Some(setting) if !setting.is_empty() => {
+                        options.rdkafka.push((setting.to_owned(), value));
+                    }
+                    _ => {
+                        return Err(BusError::invalid(
+                            "url",
+                            format!(
+                                "unknown parameter {other:?}; known: timeout_ms, tls, ca, cert, key, sasl_mechanism, username, password, manifest_topic, rdkafka.<librdkafka setting>"
+                            ),
+                        ));
+                    }
+                },
+            }
+        }
+        match (cert, key) {
+            (Some(cert), Some(key)) => options = options.client_cert(cert, key),
+            (None, None) => {}
+            _ => {
+                return Err(BusError::invalid(
+                    "cert",
+                    "mutual TLS needs both cert= (client certificate) and key= (its private key)",
+                ));
             }
         }
         if let Some(user) = user {
             let mechanism = mechanism.unwrap_or(SaslMechanism::ScramSha512);
-            options.sasl = Some((mechanism, user, password.unwrap_or_default()));
+            options.sasl = Some((mechanism, user, password.unwrap_or_default().into()));
         } else if mechanism.is_some() {
             return Err(BusError::invalid(
                 "sasl_mechanism",
@@ -250,6 +318,11 @@ impl KafkaOptions {
         }
         if self.timeout < Duration::from_millis(100) {
             return Err(BusError::invalid("timeout", "use at least 100 ms"));
+        }
+        for (name, _) in &self.rdkafka {
+            if let Some(reason) = reserved(name) {
+                return Err(BusError::invalid(format!("rdkafka.{name}"), reason));
+            }
         }
         bus_core::validate_topic_name(&self.manifest_topic)
             .map_err(|reason| BusError::invalid("manifest_topic", reason))
@@ -279,22 +352,96 @@ impl KafkaOptions {
         if let Some(ca) = &self.ca_location {
             config.set("ssl.ca.location", ca);
         }
+        if let Some((cert, key)) = &self.client_cert {
+            config
+                .set("ssl.certificate.location", cert)
+                .set("ssl.key.location", key);
+        }
         if let Some((mechanism, user, password)) = &self.sasl {
             config
                 .set("sasl.mechanisms", mechanism.as_kafka())
                 .set("sasl.username", user)
-                .set("sasl.password", password);
+                .set("sasl.password", password.expose_secret());
+        }
+        for (name, value) in &self.rdkafka {
+            config.set(name, value);
         }
         config
     }
 
-    /// `text` with the password replaced, for error messages.
+    /// `text` with the password and secret pass-through values replaced,
+    /// for error messages.
     pub(crate) fn redact(&self, text: String) -> String {
-        match &self.sasl {
-            Some((_, _, password)) if !password.is_empty() => text.replace(password, "<redacted>"),
+        let mut text = match &self.sasl {
+            Some((_, _, password)) if !password.expose_secret().is_empty() => {
+                text.replace(password.expose_secret(), "<redacted>")
+            }
             _ => text,
+        };
+        for (name, value) in &self.rdkafka {
+            if is_secret(name) && !value.is_empty() {
+                text = text.replace(value.as_str(), "<redacted>");
+            }
         }
+        text
     }
+}
+
+/// Why a librdkafka setting may not be passed through, when it may not:
+/// the bus's guarantees rest on it, or an option of its own sets it.
+fn reserved(name: &str) -> Option<&'static str> {
+    const CONTRACT: &[&str] = &[
+        "acks",
+        "request.required.acks",
+        "enable.idempotence",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+        "retries",
+        "message.send.max.retries",
+        "enable.gapless.guarantee",
+        "transactional.id",
+        "partitioner",
+        "partitioner_cb",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "auto.offset.reset",
+        "allow.auto.create.topics",
+        "enable.partition.eof",
+        "isolation.level",
+        "group.id",
+        "message.timeout.ms",
+        "delivery.timeout.ms",
+        "message.max.bytes",
+    ];
+    const OPTIONS: &[&str] = &[
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "security.protocol",
+        "ssl.ca.location",
+        "ssl.certificate.location",
+        "ssl.key.location",
+        "sasl.mechanisms",
+        "sasl.mechanism",
+        "sasl.username",
+        "sasl.password",
+    ];
+    if CONTRACT.contains(&name) {
+        Some("the bus sets this itself: its acks, dedup, offsets or partitioning depend on it")
+    } else if OPTIONS.contains(&name) {
+        Some("set by the bus's own options (brokers, tls, ca, cert/key, sasl); use those")
+    } else {
+        None
+    }
+}
+
+/// Whether a pass-through setting holds a secret (shown as `<redacted>`).
+fn is_secret(name: &str) -> bool {
+    name.contains("password") || name.contains("secret") || name.ends_with(".pem")
+}
+
+/// A pass-through value as `Debug` shows it.
+fn shown<'a>(name: &str, value: &'a str) -> &'a str {
+    if is_secret(name) { "<redacted>" } else { value }
 }
 
 fn parse_bool(field: &str, value: &str) -> Result<bool, BusError> {
@@ -306,27 +453,15 @@ fn parse_bool(field: &str, value: &str) -> Result<bool, BusError> {
 }
 
 /// Percent-decoding of URL components.
-fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = || {
-            let pair = text.get(i + 1..i + 3)?;
-            u8::from_str_radix(pair, 16).ok()
-        };
-        match (bytes[i], hex()) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// A percent-encoded URL part, decoded; malformed is an argument error
+/// naming `field`, never a different value.
+fn decode(field: &str, text: &str) -> Result<String, BusError> {
+    bus_core::percent_decode(text).ok_or_else(|| {
+        BusError::invalid(
+            field,
+            "malformed percent-encoding (a % must start %XX of valid UTF-8)",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -366,6 +501,8 @@ mod tests {
             "nats://h",
             "kafka://h?nope=1",
             "kafka://h?timeout_ms=x",
+            "kafka://u:pw%zz@h",
+            "kafka://h?manifest_topic=%E2%82",
             "h:9092",
         ] {
             assert!(
@@ -381,6 +518,67 @@ mod tests {
                 .unwrap()
                 .validate()
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn client_certificate_and_pass_through_by_url() {
+        let options = KafkaOptions::from_url(
+            "kafka://h:9093?cert=/c.pem&key=/k.pem&rdkafka.client.id=audit&rdkafka.ssl.key.password=kp%21",
+        )
+        .unwrap();
+        options.validate().unwrap();
+        assert!(options.tls, "a client certificate implies TLS");
+        let config = options.client_config();
+        assert_eq!(config.get("security.protocol"), Some("ssl"));
+        assert_eq!(config.get("ssl.certificate.location"), Some("/c.pem"));
+        assert_eq!(config.get("ssl.key.location"), Some("/k.pem"));
+        assert_eq!(config.get("client.id"), Some("audit"));
+        assert_eq!(config.get("ssl.key.password"), Some("kp!"));
+        let shown = format!("{options:?}");
+        assert!(shown.contains("audit") && !shown.contains("kp!"), "{shown}");
+        assert_eq!(options.redact("bad kp!".to_owned()), "bad <redacted>");
+    }
+
+    #[test]
+    fn half_a_client_certificate_is_refused() {
+        for url in ["kafka://h?cert=/c.pem", "kafka://h?key=/k.pem"] {
+            assert!(
+                matches!(
+                    KafkaOptions::from_url(url),
+                    Err(BusError::InvalidArgument { ref field, .. }) if field == "cert"
+                ),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn settings_the_contract_rests_on_cannot_be_passed_through() {
+        for name in [
+            "acks",
+            "enable.idempotence",
+            "enable.auto.commit",
+            "isolation.level",
+            "bootstrap.servers",
+            "sasl.password",
+        ] {
+            let by_builder = KafkaOptions::new(["h:9092"]).rdkafka(name, "x").validate();
+            assert!(
+                matches!(&by_builder, Err(BusError::InvalidArgument { field, .. }) if *field == format!("rdkafka.{name}")),
+                "{name}: {by_builder:?}"
+            );
+            let by_url = KafkaOptions::from_url(&format!("kafka://h?rdkafka.{name}=x"))
+                .unwrap()
+                .validate();
+            assert!(by_url.is_err(), "{name} by URL");
+        }
+        assert!(
+            matches!(
+                KafkaOptions::from_url("kafka://h?rdkafka.=1"),
+                Err(BusError::InvalidArgument { .. })
+            ),
+            "an empty setting name"
         );
     }
 }

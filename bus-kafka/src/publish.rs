@@ -4,11 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bus_core::auth::{RecordAuth, RecordParts, to_hex};
-use bus_core::{
-    BatchRecord, BusError, PublishAck, encode_value, partition_for, resolve_uid, validate_key,
-    validate_uid,
-};
+use bus_core::auth::{RecordAuth, to_hex};
+use bus_core::{BatchRecord, BusError, PublishAck, prepare_record};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
@@ -36,29 +33,13 @@ pub(crate) fn prepare(
     value: &serde_json::Value,
     uid: Option<&str>,
 ) -> Result<Prepared, BusError> {
-    let topic = entry.spec.name.as_str();
-    validate_key(key)?;
-    let uid = resolve_uid(value, uid)?;
-    if let Some(uid) = uid {
-        validate_uid(uid)?;
-    }
-    let bytes = encode_value(topic, value, entry.spec.max_record_bytes)?;
-    let partition = partition_for(key, entry.spec.partitions);
-    let tag = auth.map(|auth| {
-        to_hex(&auth.tag(RecordParts {
-            topic,
-            partition,
-            key,
-            uid,
-            value: &bytes,
-        }))
-    });
+    let record = prepare_record(&entry.spec, key, value, uid, auth)?;
     Ok(Prepared {
-        key: key.to_owned(),
-        uid: uid.map(str::to_owned),
-        value: bytes,
-        partition,
-        tag,
+        key: record.key.to_owned(),
+        uid: record.uid.map(str::to_owned),
+        value: record.value,
+        partition: record.partition,
+        tag: record.tag.map(|tag| to_hex(tag.as_slice())),
     })
 }
 

@@ -182,6 +182,9 @@ impl Pool {
         if slot.paused {
             slot.paused = false;
             pause(options, &slot.consumer, topic, partition, false)?;
+            // Resumed, librdkafka may take most of a second to send its next
+            // Fetch; an assignment fetches at once.
+            slot.next = None;
         }
         let read = self.read_slot(
             options, &mut slot, topic, partition, from, max, deadline, each,

@@ -131,3 +131,71 @@ fn sasl_over_tls_works_and_refuses_without_leaking_secrets() {
     });
     broker.kill();
 }
+
+/// Mutual TLS: a broker that requires a client certificate serves a bus
+/// given one (by builder and by URL, with a librdkafka setting passed
+/// through), and refuses one without within the timeout; a pass-through
+/// setting librdkafka does not know is the caller's error, at connect.
+#[test]
+fn mutual_tls_with_a_client_certificate() {
+    let test = "mutual_tls_with_a_client_certificate";
+    let Some(libs) = kafka_libs() else {
+        return common::skip(
+            test,
+            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
+        );
+    };
+    let mut broker = Broker::new(libs, &Listener::MutualTls);
+    broker.start();
+    let ca = broker.ca().display().to_string();
+    let (cert, key) = broker.client_cert();
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let options = KafkaOptions::new([broker.address()])
+        .timeout(TIMEOUT)
+        .ca_location(ca.clone())
+        .client_cert(cert.clone(), key.clone());
+    let bus = poll_until(
+        "the mutual-TLS broker to serve",
+        Duration::from_secs(120),
+        || KafkaBus::connect_with(options.clone()).ok(),
+    );
+    let topic = "mutual";
+    bus.provision(&Manifest::new([TopicSpec::new(topic, 1)]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    let ack = bus
+        .publish(topic, "k", &json!({"mtls": true}))
+        .unwrap_or_else(|e| panic!("publish: {e}"));
+
+    // By URL, with a librdkafka setting passed through.
+    let url = format!(
+        "kafkas://{}?ca={ca}&cert={cert}&key={key}&rdkafka.client.id=bus-mtls-test&timeout_ms={}",
+        broker.address(),
+        TIMEOUT.as_millis()
+    );
+    let by_url =
+        KafkaBus::connect_with(KafkaOptions::from_url(&url).unwrap_or_else(|e| panic!("url: {e}")))
+            .unwrap_or_else(|e| panic!("connect by URL: {e}"));
+    let got = by_url
+        .fetch(topic, ack.partition, ack.offset, 1)
+        .unwrap_or_else(|e| panic!("fetch by URL: {e}"));
+    assert_eq!(got.first().map(|e| &e.value), Some(&json!({"mtls": true})));
+
+    // No client certificate: the handshake fails, within the timeout.
+    refused("TLS without a client certificate", "no secret", || {
+        let bus = KafkaBus::connect_with(
+            KafkaOptions::new([broker.address()])
+                .timeout(TIMEOUT)
+                .ca_location(ca.clone()),
+        )?;
+        bus.partitions(topic)
+    });
+
+    // A setting librdkafka does not know: the caller's error.
+    let unknown = KafkaBus::connect_with(options.clone().rdkafka("no.such.setting", "1"));
+    assert!(
+        matches!(unknown, Err(bus_core::BusError::InvalidArgument { .. })),
+        "unknown librdkafka setting: {:?}",
+        unknown.err()
+    );
+    broker.kill();
+}

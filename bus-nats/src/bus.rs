@@ -10,10 +10,11 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    check_partition, partition_for, validate_key, validate_topic, validate_uid,
+    check_partition, uid_partition, validate_topic, validate_uid,
 };
 
 use crate::errors::{BACKEND, unavailable};
+use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::options::NatsOptions;
 use crate::publish::{prepare, send_all};
@@ -211,9 +212,7 @@ impl EventBus for NatsBus {
         event_uid: &str,
     ) -> Result<Option<PublishAck>, BusError> {
         let state = self.topic(topic)?;
-        validate_key(key)?;
-        validate_uid(event_uid)?;
-        let partition = partition_for(key, state.spec.partitions);
+        let partition = uid_partition(&state.spec, key, event_uid)?;
         let stream = state
             .partitions
             .get(partition as usize)
@@ -222,6 +221,7 @@ impl EventBus for NatsBus {
                 BusError::Backend(format!("topic {topic:?} lost partition {partition}"))
             })?;
         let subject = record_subject(&stream, Some(event_uid));
+        let replicas = state.spec.replication_factor;
         let (name, uid) = (topic.to_owned(), event_uid.to_owned());
         let sequence = self.run("find_event_by_uid", move |shared| async move {
             let what = format!("find_event_by_uid in {stream}");
@@ -233,7 +233,7 @@ impl EventBus for NatsBus {
             // The server's per-subject index answers; nothing is scanned.
             let auth = shared.auth();
             let lookup = UidSubject {
-                stream: &handle,
+                reads: Reads::new(&handle, replicas),
                 subject: &subject,
                 topic: &name,
                 partition,
@@ -377,7 +377,7 @@ impl Drop for NatsBus {
                     .try_lock()
                     .ok()?
                     .as_ref()
-                    .map(fetch::Cursor::id)
+                    .map(crate::cursor::Cursor::id)
             })
             .collect();
         if cursors.is_empty() {

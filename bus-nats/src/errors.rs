@@ -93,7 +93,7 @@ pub(crate) enum PublishFailure {
     /// Nothing answered on the stream's subject ("no responders"): the
     /// stream is gone, or JetStream is not serving it (a server shutting
     /// down stops its streams before it drops connections). Only asking
-    /// for the stream tells which ([`crate::topics::unanswered`]).
+    /// for the stream tells which (`topics::unanswered`).
     NoResponders,
     /// Anything else, already mapped.
     Other(BusError),

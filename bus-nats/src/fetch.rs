@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::pull::{Batch, Config as PullConfig};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer};
-use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
+use async_nats::jetstream::stream::Stream;
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, PartitionOffsets, StoredEvent};
 use futures::StreamExt;
 use futures::future::join_all;
 
+use crate::cursor::{Ahead, Cursor, CursorSlot};
 use crate::errors::unavailable;
+use crate::get::Reads;
 use crate::record::{RawMessage, decode, epoch_ms, from_stream_message};
 use crate::shared::{PartitionState, Shared, TopicState};
 use crate::topics::stream_info;
@@ -47,37 +49,6 @@ const AHEAD_PAGES: usize = 2;
 /// A read-ahead page whose next message takes longer than this is taken
 /// for lost (a reconnect forgets pull requests); the cursor is replaced.
 const AHEAD_STALL: Duration = Duration::from_secs(2);
-
-/// A partition's reader for sequential replay.
-pub(crate) struct Cursor {
-    consumer: PullConsumer,
-    stream: String,
-    /// The stream sequence the caller reads next (the consumer may have
-    /// delivered further, into `ahead`).
-    next: u64,
-    used: Instant,
-    /// Reads in a row that continued where the last one ended.
-    sequential: u32,
-    /// The pull request for the next pages, sent when the last one was
-    /// used up; its messages arrive into its subscription meanwhile.
-    ahead: Option<Ahead>,
-}
-
-/// A read-ahead pull request and how many messages it may still bring.
-struct Ahead {
-    batch: Batch,
-    left: usize,
-}
-
-impl Cursor {
-    /// The consumer's stream and name, for deleting it.
-    pub(crate) fn id(&self) -> (String, String) {
-        (
-            self.stream.clone(),
-            self.consumer.cached_info().name.clone(),
-        )
-    }
-}
 
 /// The stream's first and last sequence, from the server.
 async fn bounds(
@@ -116,9 +87,6 @@ pub(crate) async fn offsets(
     })
 }
 
-/// A partition's sequential-replay cursor, when one is open.
-pub(crate) type CursorSlot = tokio::sync::Mutex<Option<Cursor>>;
-
 /// Up to `max` records of `partition` from `offset`, ascending, gap-free,
 /// still encoded (see [`decode_all`]).
 pub(crate) async fn fetch(
@@ -145,10 +113,11 @@ pub(crate) async fn fetch_with(
     let name = topic.spec.name.as_str();
     let state = topic.partition(partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
+    let replicas = topic.spec.replication_factor;
     let mut start = offset.saturating_add(1);
     let mut end = state.known_end();
     let mut asked = false;
-    let messages = loop {
+    let (stream, mut messages, wanted) = loop {
         if start > end || asked {
             let (first, last) = bounds(shared, topic, state, &what).await?;
             (start, end, asked) = (start.max(first), last, true);
@@ -162,10 +131,11 @@ pub(crate) async fn fetch_with(
             .get_stream_no_info(&state.stream)
             .await
             .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
+        let reads = Reads::new(&stream, replicas);
         let messages = if count <= DIRECT_MAX {
-            direct(&stream, start, count, &what).await?
+            direct(reads, start, count, &what).await?
         } else {
-            consume(shared, state, slot, &stream, start, count, &what).await?
+            consume(shared, state, slot, reads, start, count, &what).await?
         };
         // Nothing where records were expected: retention took the front, or
         // the stream is not the one we knew. Ask the server once.
@@ -174,12 +144,66 @@ pub(crate) async fn fetch_with(
             asked = true;
             continue;
         }
-        break messages;
+        break (stream, messages, start + count - 1);
     };
+    if replicas > 1 {
+        top_up(
+            shared,
+            state,
+            slot,
+            Reads::new(&stream, replicas),
+            &mut messages,
+            wanted,
+            &what,
+        )
+        .await?;
+    }
     if let Some(last) = messages.last() {
         state.saw(last.sequence);
     }
     Ok(messages)
+}
+
+/// A replicated stream's reader may sit on a follower that has not yet
+/// applied what the leader acked: its read can end before records the
+/// caller already knows exist (`wanted`, the last one asked for below the
+/// partition's known end). Reads on until they are there, through the
+/// leader when the reader makes no progress, so that no fetch sees fewer
+/// records than an earlier one or than its caller's own acks. What the
+/// leader does not hold either (the stream was replaced) ends the read.
+async fn top_up(
+    shared: &Shared,
+    state: &PartitionState,
+    slot: &CursorSlot,
+    reads: Reads<'_>,
+    messages: &mut Vec<RawMessage>,
+    wanted: u64,
+    what: &str,
+) -> Result<(), BusError> {
+    let deadline = Instant::now() + shared.timeout;
+    while let Some(last) = messages.last().map(|message| message.sequence) {
+        if last >= wanted || Instant::now() >= deadline {
+            break;
+        }
+        let (start, count) = (last + 1, wanted - last);
+        let more = if count <= DIRECT_MAX {
+            direct(reads, start, count, what).await?
+        } else {
+            consume(shared, state, slot, reads, start, count, what).await?
+        };
+        // Only what follows without a gap is kept.
+        let before = messages.len();
+        for (expected, message) in (start..).zip(more) {
+            if message.sequence != expected {
+                break;
+            }
+            messages.push(message);
+        }
+        if messages.len() == before {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Decodes and verifies fetched messages (on the caller's thread). The
@@ -202,21 +226,20 @@ pub(crate) fn decode_all(
     Ok(events)
 }
 
-/// Direct gets of `start..start + count`, sent together.
+/// Point reads of `start..start + count`, sent together.
 async fn direct(
-    stream: &Stream<()>,
+    reads: Reads<'_>,
     start: u64,
     count: u64,
     what: &str,
 ) -> Result<Vec<RawMessage>, BusError> {
-    let results =
-        join_all((start..start + count).map(|sequence| stream.direct_get(sequence))).await;
+    let results = join_all((start..start + count).map(|sequence| reads.sequence(sequence))).await;
     let mut out = Vec::with_capacity(results.len());
     for result in results {
         match result {
-            Ok(message) => out.push(from_stream_message(message)),
+            Ok(Some(message)) => out.push(from_stream_message(message)),
             // Expired since the stream info was read: only the front goes.
-            Err(error) if error.kind() == DirectGetErrorKind::NotFound => {
+            Ok(None) => {
                 if out.is_empty() {
                     continue;
                 }
@@ -234,7 +257,7 @@ async fn consume(
     shared: &Shared,
     state: &PartitionState,
     cursor_slot: &CursorSlot,
-    stream: &Stream<()>,
+    reads: Reads<'_>,
     start: u64,
     count: u64,
     what: &str,
@@ -248,7 +271,7 @@ async fn consume(
             if let Some(old) = slot.take() {
                 discard(shared, old);
             }
-            *slot = Some(open(stream, &state.stream, start, what).await?);
+            *slot = Some(open(reads.stream(), &state.stream, start, what).await?);
         }
         let Some(cursor) = slot.as_mut() else { break };
         match read(cursor, count, state, !reusable).await {
@@ -273,7 +296,7 @@ async fn consume(
             }
         }
     }
-    direct(stream, start, count.min(DIRECT_MAX), what).await
+    direct(reads, start, count.min(DIRECT_MAX), what).await
 }
 
 /// The cursor's next `count` messages (all known to be stored): first

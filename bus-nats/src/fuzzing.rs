@@ -8,6 +8,7 @@ use async_nats::header::{HeaderName, HeaderValue};
 use bus_core::auth::{RecordAuth, RecordParts};
 use bus_core::{BusError, StoredEvent};
 use bytes::Bytes;
+use secrecy::ExposeSecret;
 
 use crate::NatsOptions;
 use crate::record::{self, Guard, RawMessage};
@@ -89,5 +90,8 @@ pub fn record_headers(
 
 /// The password and token of parsed options.
 pub fn secrets(options: &NatsOptions) -> (Option<&str>, Option<&str>) {
-    (options.password.as_deref(), options.token.as_deref())
+    (
+        options.password.as_ref().map(ExposeSecret::expose_secret),
+        options.token.as_ref().map(ExposeSecret::expose_secret),
+    )
 }

@@ -43,14 +43,17 @@
 //! UID to make that harmless.
 
 mod bus;
+mod cursor;
 mod errors;
 mod fetch;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod get;
 pub mod naming;
 mod options;
 mod publish;
 mod record;
+#[cfg(feature = "reference")]
 #[doc(hidden)]
 pub mod reference;
 mod shared;

@@ -8,6 +8,7 @@
 //! whose escape would be long by a hash (`_h` + 40 hex digits, a prefix the
 //! escape never produces), keeping stream names well within NATS limits.
 
+use bus_core::InvalidName;
 use sha2::{Digest, Sha256};
 
 use bus_core::auth::to_hex;
@@ -31,18 +32,20 @@ const MAX_ESCAPED: usize = 64;
 
 /// Whether `prefix` can start stream names: 1 to 32 of `[A-Za-z0-9-]` (no
 /// `_`, so `{prefix}_` marks where the topic part starts).
-pub fn validate_prefix(prefix: &str) -> Result<(), String> {
+pub fn validate_prefix(prefix: &str) -> Result<(), InvalidName> {
     if prefix.is_empty() || prefix.len() > 32 {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "{} bytes long; use 1 to 32 of [A-Za-z0-9-]",
             prefix.len()
-        ));
+        )));
     }
     if let Some(bad) = prefix
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '-'))
     {
-        return Err(format!("contains {bad:?}; use only [A-Za-z0-9-]"));
+        return Err(InvalidName(format!(
+            "contains {bad:?}; use only [A-Za-z0-9-]"
+        )));
     }
     Ok(())
 }
@@ -94,41 +97,12 @@ pub fn uid_hash(uid: &str) -> String {
 /// Percent-encodes everything but `[A-Za-z0-9-_.~]`, so header values keep
 /// leading/trailing spaces (NATS trims them) and any unicode exactly.
 pub fn encode_header_text(text: &str) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    out
+    bus_core::percent_encode(text)
 }
 
 /// Reverses [`encode_header_text`]; `None` when malformed.
 pub fn decode_header_text(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_owned());
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            // `from_str_radix` alone would also take a sign (`%+A`).
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    bus_core::percent_decode(text)
 }
 
 #[cfg(test)]

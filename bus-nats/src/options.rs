@@ -1,6 +1,7 @@
 //! Connection options: a builder, and parsing from a `nats://` URL.
 //! Secrets (password, token) never appear in `Debug` output or errors.
 
+use secrecy::{ExposeSecret, SecretString};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -35,8 +36,8 @@ pub struct NatsOptions {
     pub connect_timeout: Duration,
     /// User name, with [`NatsOptions::password`].
     pub user: Option<String>,
-    pub(crate) password: Option<String>,
-    pub(crate) token: Option<String>,
+    pub(crate) password: Option<SecretString>,
+    pub(crate) token: Option<SecretString>,
     /// A `.creds` file (JWT + NKey seed).
     pub credentials_file: Option<PathBuf>,
     /// Refuse plain-text connections.
@@ -126,9 +127,9 @@ impl NatsOptions {
                 match userinfo.split_once(':') {
                     Some((user, password)) => {
                         options.user = Some(decode(user, "user")?);
-                        options.password = Some(decode(password, "password")?);
+                        options.password = Some(decode(password, "password")?.into());
                     }
-                    None => options.token = Some(decode(userinfo, "token")?),
+                    None => options.token = Some(decode(userinfo, "token")?.into()),
                 }
                 hosts
             }
@@ -171,8 +172,8 @@ impl NatsOptions {
             "timeout_ms" => self.timeout = millis(&value)?,
             "connect_timeout_ms" => self.connect_timeout = millis(&value)?,
             "user" => self.user = Some(value),
-            "password" => self.password = Some(value),
-            "token" => self.token = Some(value),
+            "password" => self.password = Some(value.into()),
+            "token" => self.token = Some(value.into()),
             "creds" => self.credentials_file = Some(value.into()),
             "tls" => self.tls_required = matches!(value.as_str(), "true" | "1" | "yes"),
             "ca" => self.tls_ca_file = Some(value.into()),
@@ -247,14 +248,14 @@ impl NatsOptions {
         password: impl Into<String>,
     ) -> Self {
         self.user = Some(user.into());
-        self.password = Some(password.into());
+        self.password = Some(SecretString::from(password.into()));
         self
     }
 
     /// Authenticates with a token.
     #[must_use]
     pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
+        self.token = Some(SecretString::from(token.into()));
         self
     }
 
@@ -293,10 +294,10 @@ impl NatsOptions {
                 Duration::from_millis(100u64.saturating_mul(attempts as u64).min(1_000))
             });
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
-            options = options.user_and_password(user.clone(), password.clone());
+            options = options.user_and_password(user.clone(), password.expose_secret().to_owned());
         }
         if let Some(token) = &self.token {
-            options = options.token(token.clone());
+            options = options.token(token.expose_secret().to_owned());
         }
         if let Some(path) = &self.credentials_file {
             options = options.credentials_file(path).await.map_err(|error| {
@@ -336,7 +337,10 @@ mod tests {
         assert_eq!(token.connect_timeout, Duration::from_millis(5));
         assert!(!format!("{token:?}").contains("s3cr3t"));
         let query = NatsOptions::from_url("nats://h:1?token=t%40k&timeout_ms=250").unwrap();
-        assert_eq!(query.token.as_deref(), Some("t@k"));
+        assert_eq!(
+            query.token.as_ref().map(ExposeSecret::expose_secret),
+            Some("t@k")
+        );
         assert_eq!(query.timeout, Duration::from_millis(250));
     }
 

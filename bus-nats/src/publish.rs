@@ -7,12 +7,11 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::{
-    BusError, PublishAck, encode_value, partition_for, resolve_uid, validate_key, validate_uid,
-};
+use bus_core::{BusError, PreparedRecord, PublishAck, prepare_record};
 use bytes::Bytes;
 
 use crate::errors::{PublishFailure, publish_failure};
+use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{RESEND_INTERVAL, Shared, TopicState};
@@ -50,13 +49,13 @@ pub(crate) fn prepare(
     uid: Option<&str>,
 ) -> Result<Prepared, BusError> {
     let spec = &topic.spec;
-    validate_key(key)?;
-    let uid = resolve_uid(value, uid)?;
-    if let Some(uid) = uid {
-        validate_uid(uid)?;
-    }
-    let payload = encode_value(&spec.name, value, spec.max_record_bytes)?;
-    let partition = partition_for(key, spec.partitions);
+    // Signed below, with the headers that carry the tag.
+    let PreparedRecord {
+        partition,
+        uid,
+        value: payload,
+        ..
+    } = prepare_record(spec, key, value, uid, None)?;
     let stream = topic
         .partitions
         .get(partition as usize)
@@ -250,7 +249,7 @@ async fn settle(
         .await
         .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
     let lookup = UidSubject {
-        stream: &stream,
+        reads: Reads::new(&stream, topic.spec.replication_factor),
         subject,
         topic: name,
         partition,

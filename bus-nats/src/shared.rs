@@ -10,7 +10,7 @@ use async_nats::jetstream::Context;
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, TopicSpec};
 
-use crate::fetch::Cursor;
+use crate::cursor::Cursor;
 use crate::naming::stream_name;
 
 /// One connection and what it has learnt about the server's topics.

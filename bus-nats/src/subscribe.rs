@@ -32,8 +32,9 @@ use bus_core::{
 use futures::{FutureExt as _, StreamExt as _};
 
 use crate::NatsBus;
+use crate::cursor::CursorSlot;
 use crate::errors::unavailable;
-use crate::fetch::{self, CursorSlot};
+use crate::fetch;
 use crate::record::{RawMessage, epoch_ms};
 use crate::shared::{Shared, TopicState};
 use crate::topics::stream_info;

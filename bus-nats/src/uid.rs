@@ -8,11 +8,11 @@
 //! no authentic record is stored anyway, conditioned on the subject's last
 //! sequence so that concurrent retries still store one record.
 
-use async_nats::jetstream::stream::{DirectGetErrorKind, Stream};
 use bus_core::BusError;
 use bus_core::auth::RecordAuth;
 
 use crate::errors::unavailable;
+use crate::get::Reads;
 use crate::record::{RawMessage, from_stream_message, is_authentic};
 
 /// Messages read per UID subject looking for the first authentic one; past
@@ -31,7 +31,7 @@ pub(crate) enum Resolved {
 
 /// The UID record a subject's messages name, checked against its key.
 pub(crate) struct UidSubject<'a> {
-    pub(crate) stream: &'a Stream<()>,
+    pub(crate) reads: Reads<'a>,
     pub(crate) subject: &'a str,
     pub(crate) topic: &'a str,
     pub(crate) partition: u32,
@@ -52,26 +52,16 @@ impl UidSubject<'_> {
 
     /// The subject's last message, `None` when it is empty.
     async fn last(&self) -> Result<Option<RawMessage>, BusError> {
-        match self
-            .stream
-            .direct_get_last_for_subject(self.subject.to_owned())
-            .await
-        {
-            Ok(message) => Ok(Some(from_stream_message(message))),
-            Err(error) if error.kind() == DirectGetErrorKind::NotFound => Ok(None),
+        match self.reads.last_on(self.subject).await {
+            Ok(message) => Ok(message.map(from_stream_message)),
             Err(error) => Err(self.failed(&error)),
         }
     }
 
     /// The message at or after `from` on the subject, `None` past its end.
     async fn next(&self, from: u64) -> Result<Option<RawMessage>, BusError> {
-        match self
-            .stream
-            .direct_get_next_for_subject(self.subject.to_owned(), Some(from))
-            .await
-        {
-            Ok(message) => Ok(Some(from_stream_message(message))),
-            Err(error) if error.kind() == DirectGetErrorKind::NotFound => Ok(None),
+        match self.reads.next_on(self.subject, from).await {
+            Ok(message) => Ok(message.map(from_stream_message)),
             Err(error) => Err(self.failed(&error)),
         }
     }

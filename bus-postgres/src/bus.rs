@@ -1,7 +1,6 @@
 //! The synchronous [`EventBus`] over the connector runtime.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 
 use bus_core::auth::RecordAuth;
@@ -9,87 +8,17 @@ use bus_core::subscription::Plan;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    check_partition, partition_for, validate_key, validate_topic, validate_uid,
+    partition_for, validate_key, validate_uid,
 };
 
 use crate::errors::pool;
+use crate::inner::Core;
 use crate::options::PostgresOptions;
-use crate::publish::{Prepared, append, prepare};
-use crate::shared::{Shared, Topic};
+use crate::publish::{append, prepare};
+use crate::queue::Prepared;
+use crate::shared::Shared;
 use crate::subscribe::PgFeed;
-use crate::{fetch, listener, topics};
-
-/// What a bus handle and its subscriptions' feeds share: the connector
-/// thread and the state its tasks use.
-pub(crate) struct Core {
-    executor: ConnectorExecutor,
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl Drop for Core {
-    fn drop(&mut self) {
-        self.shared.listener.close_all();
-    }
-}
-
-impl Core {
-    /// Runs `operation` on the connector runtime, bounded by the timeout.
-    pub(crate) fn run<T, Fut>(
-        &self,
-        what: &str,
-        operation: impl FnOnce(Arc<Shared>) -> Fut + Send + 'static,
-    ) -> Result<T, BusError>
-    where
-        Fut: Future<Output = Result<T, BusError>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let shared = Arc::clone(&self.shared);
-        self.executor
-            .run_bounded(what, self.shared.options.timeout, move || operation(shared))?
-    }
-
-    /// The topic from the cache, else from the database. Unknown topics
-    /// create nothing (contract C2).
-    pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
-        validate_topic(name)?;
-        if let Some(topic) = self.shared.cached(name) {
-            return Ok(topic);
-        }
-        let owned = name.to_owned();
-        self.run("topic lookup", move |shared| async move {
-            topics::topic(&shared, &owned).await
-        })
-    }
-
-    pub(crate) fn fetch(
-        &self,
-        topic: &str,
-        partition: u32,
-        offset: u64,
-        max: usize,
-    ) -> Result<Vec<StoredEvent>, BusError> {
-        let topic = self.topic(topic)?;
-        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        self.run("fetch", move |shared| async move {
-            fetch::fetch(&shared, &topic, partition, offset, max).await
-        })
-    }
-
-    pub(crate) fn offsets(
-        &self,
-        topic: &str,
-        partition: u32,
-    ) -> Result<PartitionOffsets, BusError> {
-        let topic = self.topic(topic)?;
-        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-        self.run("offsets", move |shared| async move {
-            fetch::offsets(&shared, &topic, partition).await
-        })
-    }
-}
+use crate::{fetch, listen, topics};
 
 /// A bus whose topics live in PostgreSQL tables (see the crate docs).
 pub struct PostgresBus {
@@ -342,7 +271,7 @@ impl EventBus for PostgresBus {
         // after that read then rings this bell (or is seen by the first read).
         let bell = self.core.shared.listener.register(&state.spec.name);
         self.core
-            .run("subscribe", move |shared| listener::listen(shared, state))?;
+            .run("subscribe", move |shared| listen::listen(shared, state))?;
         let plan = Plan::new(self, topic, &selector, start)?;
         let feed = PgFeed::new(&self.core, topic);
         Ok(Subscription::new(plan, options, Box::new(feed), bell))

@@ -28,9 +28,13 @@
 mod bus;
 mod errors;
 mod fetch;
+mod inner;
+mod listen;
 mod listener;
 mod options;
 mod publish;
+mod queue;
+#[cfg(feature = "reference")]
 #[doc(hidden)]
 pub mod reference;
 mod shared;

@@ -17,25 +17,15 @@
 //! transaction, so a rolled-back round leaves no hole.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::{
-    BusError, encode_value, now_ms, partition_for, resolve_uid, validate_key, validate_uid,
-};
+use bus_core::{BusError, now_ms, prepare_record};
 use tokio::sync::oneshot;
 
 use crate::errors::{pg, pool};
+use crate::queue::{Prepared, Queue, Request};
 use crate::shared::{Shared, Topic};
-
-/// A checked, encoded and signed record, not yet stored.
-pub(crate) struct Prepared {
-    pub(crate) partition: u32,
-    key: String,
-    uid: Option<String>,
-    value: Vec<u8>,
-    tag: Option<Vec<u8>>,
-}
 
 /// Checks and encodes one record; nothing is sent yet, so a batch with a bad
 /// record stores nothing.
@@ -46,48 +36,14 @@ pub(crate) fn prepare(
     value: &serde_json::Value,
     uid: Option<&str>,
 ) -> Result<Prepared, BusError> {
-    let spec = &topic.spec;
-    validate_key(key)?;
-    let uid = resolve_uid(value, uid)?;
-    if let Some(uid) = uid {
-        validate_uid(uid)?;
-    }
-    let value = encode_value(&spec.name, value, spec.max_record_bytes)?;
-    let partition = partition_for(key, spec.partitions);
-    let tag = auth.map(|auth| {
-        auth.tag(RecordParts {
-            topic: &spec.name,
-            partition,
-            key,
-            uid,
-            value: &value,
-        })
-        .to_vec()
-    });
+    let record = prepare_record(&topic.spec, key, value, uid, auth)?;
     Ok(Prepared {
-        partition,
-        key: key.to_owned(),
-        uid: uid.map(str::to_owned),
-        value,
-        tag,
+        partition: record.partition,
+        key: record.key.to_owned(),
+        uid: record.uid.map(str::to_owned),
+        value: record.value,
+        tag: record.tag.map(|tag| tag.to_vec()),
     })
-}
-
-struct Request {
-    records: Vec<Prepared>,
-    reply: oneshot::Sender<Result<Vec<u64>, BusError>>,
-}
-
-/// The pending publishes of one partition.
-#[derive(Default)]
-pub(crate) struct Queue {
-    state: Mutex<QueueState>,
-}
-
-#[derive(Default)]
-struct QueueState {
-    pending: Vec<Request>,
-    flushing: bool,
 }
 
 /// Stores `records` (all of one partition, in order) and returns their

@@ -11,7 +11,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::listener::Listener;
 use crate::options::PostgresOptions;
-use crate::publish::Queue;
+use crate::queue::Queue;
 use crate::sql::Sql;
 
 /// A provisioned topic as the database describes it.

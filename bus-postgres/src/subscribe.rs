@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 
 use bus_core::{BusError, Feed, StoredEvent};
 
-use crate::bus::Core;
+use crate::inner::Core;
 
 /// Holds the bus weakly: a subscription that outlives its bus keeps no
 /// connection or thread alive (its doorbell is closed by then).

@@ -21,6 +21,10 @@ pub struct Cli {
     /// Named profile (see `bus profile`); --url given on the command line wins over it.
     #[arg(long, env = "BUS_PROFILE", hide_env_values = true, global = true)]
     pub profile: Option<String>,
+    /// Log what the bus does to stderr: -v info, -vv debug, -vvv trace
+    /// (warnings and errors are always shown); RUST_LOG, when set, wins.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_subscribe;
 pub mod commands;
 pub mod exit;
+pub mod logging;
 pub mod profile;
 pub mod progress;
 pub mod publish;

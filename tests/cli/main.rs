@@ -1,10 +1,11 @@
 //! The `bus` binary, driven as a user would, through pipes.
-#![cfg(feature = "embedded")]
+#![cfg(all(feature = "cli", feature = "embedded"))]
 #![allow(clippy::unwrap_used)]
 
 mod basics;
 mod docs;
 mod exit_codes;
+mod logging;
 mod positions;
 mod profiles;
 mod publish;

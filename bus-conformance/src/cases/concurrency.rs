@@ -72,6 +72,61 @@ fn concurrent_publishers(ctx: &Ctx, base: &str) {
     }
 }
 
+/// C8 with C5 and C7: a record is readable the moment its ack returns —
+/// by the bus that published it and by another bus on the same storage,
+/// by offset and by UID. (On a replicated broker a read answered by a
+/// follower that has not applied the record yet would miss it.)
+pub fn c08_acked_records_read_back_at_once(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 2);
+    let second = if ctx.caps().exclusive_open {
+        None
+    } else {
+        Some(ok("open a second bus", ctx.open_second()))
+    };
+    let bus = ctx.bus();
+    for i in 0..120u32 {
+        let (key, uid) = (format!("k{}", i % 5), format!("ack-{i}"));
+        let ack = ok(
+            "publish_idempotent",
+            bus.publish_idempotent(&topic, &key, &json!({ "i": i }), &uid),
+        );
+        let mut readers: Vec<(&str, &dyn EventBus)> = vec![("publisher", bus)];
+        if let Some(second) = &second {
+            readers.push(("second bus", second.as_ref()));
+        }
+        for (who, reader) in readers {
+            let got = ok("fetch", reader.fetch(&topic, ack.partition, ack.offset, 1));
+            assert!(
+                got.first().is_some_and(
+                    |event| event.offset == ack.offset && event.value == json!({ "i": i })
+                ),
+                "{who}: fetch right after the ack of offset {} returned {got:?}",
+                ack.offset
+            );
+            // A longer read, as a replay takes it, reaches the record too.
+            let replay = ok("fetch", reader.fetch(&topic, ack.partition, 0, 10_000));
+            assert!(
+                replay
+                    .last()
+                    .is_some_and(|event| event.offset >= ack.offset),
+                "{who}: a replay right after the ack of offset {} ended at {:?}",
+                ack.offset,
+                replay.last().map(|event| event.offset)
+            );
+            let found = ok(
+                "find_event_by_uid",
+                reader.find_event_by_uid(&topic, &key, &uid),
+            );
+            assert_eq!(
+                found.as_ref(),
+                Some(&ack),
+                "{who}: find_event_by_uid right after the ack"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// C8: a fetch running beside publishers always sees a gap-free prefix.
 pub fn c08_concurrent_fetch_sees_gap_free_prefix(ctx: &mut Ctx) -> CaseResult {
     let topic = ctx.simple_topic("t", 1);

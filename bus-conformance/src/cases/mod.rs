@@ -64,6 +64,7 @@ macro_rules! __for_each_case {
             c07_replayed_record_does_not_answer_for_its_uid,
             c08_concurrent_publishers_get_distinct_offsets,
             c08_concurrent_fetch_sees_gap_free_prefix,
+            c08_acked_records_read_back_at_once,
             c09_works_inside_tokio_runtimes,
             c09_sixty_four_threads_at_once,
             c11_maintenance_expires_and_keeps_offsets,

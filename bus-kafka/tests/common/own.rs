@@ -70,6 +70,9 @@ pub enum Listener {
         plain: (String, String),
         scram: (String, String),
     },
+    /// TLS that requires a client certificate signed by the test's CA
+    /// (`ssl.client.auth=required`); no SASL.
+    MutualTls,
 }
 
 pub struct Broker {
@@ -132,6 +135,21 @@ impl Broker {
                     certificates.server_bundle.display(),
                     plain.0,
                     plain.1,
+                )
+            }
+            Listener::MutualTls => {
+                let certificates = Certificates::generate(dir.path());
+                let internal = free_port();
+                format!(
+                    "listeners=SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal},CONTROLLER://127.0.0.1:{controller}\n\
+                     advertised.listeners=SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}\n\
+                     inter.broker.listener.name=INTERNAL\n\
+                     listener.security.protocol.map=CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SSL:SSL\n\
+                     ssl.keystore.type=PEM\nssl.keystore.location={}\n\
+                     ssl.truststore.type=PEM\nssl.truststore.location={}\n\
+                     ssl.client.auth=required\n",
+                    certificates.server_bundle.display(),
+                    certificates.ca.display(),
                 )
             }
         };
@@ -204,9 +222,17 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// The CA certificate clients verify a SASL_SSL broker with.
+    /// The CA certificate clients verify a TLS broker with.
     pub fn ca(&self) -> PathBuf {
         self.dir.path().join("ca.pem")
+    }
+
+    /// The client certificate and key the CA signed (for mutual TLS).
+    pub fn client_cert(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.path().join("client.crt"),
+            self.dir.path().join("client.key"),
+        )
     }
 }
 

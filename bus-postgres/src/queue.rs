@@ -1,0 +1,33 @@
+//! A partition's publish queue: the records waiting for the next group
+//! commit round (see `publish.rs`, which runs the rounds).
+
+use std::sync::Mutex;
+
+use bus_core::BusError;
+use tokio::sync::oneshot;
+
+/// A checked, encoded and signed record, not yet stored.
+pub(crate) struct Prepared {
+    pub(crate) partition: u32,
+    pub(crate) key: String,
+    pub(crate) uid: Option<String>,
+    pub(crate) value: Vec<u8>,
+    pub(crate) tag: Option<Vec<u8>>,
+}
+
+pub(crate) struct Request {
+    pub(crate) records: Vec<Prepared>,
+    pub(crate) reply: oneshot::Sender<Result<Vec<u64>, BusError>>,
+}
+
+/// The pending publishes of one partition.
+#[derive(Default)]
+pub(crate) struct Queue {
+    pub(crate) state: Mutex<QueueState>,
+}
+
+#[derive(Default)]
+pub(crate) struct QueueState {
+    pub(crate) pending: Vec<Request>,
+    pub(crate) flushing: bool,
+}
