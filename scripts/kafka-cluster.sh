@@ -24,16 +24,20 @@ BUS_LOG_TAG=kafka-cluster
 . "$SCRIPT_DIR/lib/common.sh"
 # shellcheck source=lib/kafka-install.sh
 . "$SCRIPT_DIR/lib/kafka-install.sh"
+# shellcheck source=lib/cluster.sh
+. "$SCRIPT_DIR/lib/cluster.sh"
 
 START_TIMEOUT="${BUS_KAFKA_START_TIMEOUT:-120}"
 HEAP_OPTS="${BUS_KAFKA_CLUSTER_HEAP_OPTS:--Xms128m -Xmx256m}"
 NODES=(0 1 2)
+CLUSTER_PROC=kafka.Kafka
+CLUSTER_STOP_TIMEOUT="${BUS_KAFKA_STOP_TIMEOUT:-60}"
 
 base() { echo "${1:-${BUS_KAFKA_CLUSTER_BASE:-29092}}"; }
 broker_port() { echo $(( $1 + $2 )); }
 controller_port() { echo $(( $1 + 100 + $2 )); }
-clusterdir() { echo "$BUS_BROKER_RUN/kafka-cluster-$1"; }
-nodedir() { echo "$(clusterdir "$1")/n$2"; }
+cluster_dir() { echo "$BUS_BROKER_RUN/kafka-cluster-$1"; }
+nodedir() { echo "$(cluster_dir "$1")/n$2"; }
 pidfile() { echo "$(nodedir "$1" "$2").pid"; }
 logfile() { echo "$(nodedir "$1" "$2").console.log"; }
 
@@ -75,6 +79,11 @@ default.replication.factor=3
 min.insync.replicas=2
 num.partitions=1
 unclean.leader.election.enable=false
+# A killed node is fenced, and its partitions get new leaders, after 3 s
+# without heartbeats instead of the default 9 s (publishing resumes within
+# one operation timeout; bus-kafka/tests/cluster_faults.rs).
+broker.session.timeout.ms=3000
+broker.heartbeat.interval.ms=500
 group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=1000
 log.initial.task.delay.ms=1000
@@ -86,11 +95,6 @@ log.cleaner.threads=1
 EOF
 }
 
-running_pid() {
-  local pid
-  pid="$(pidfile_pid "$(pidfile "$1" "$2")")"
-  pid_alive "$pid" kafka.Kafka && echo "$pid"
-}
 
 # metadata_ok BASE NODE TIMEOUT_S: a real Admin metadata request to this node succeeds.
 metadata_ok() {
@@ -110,9 +114,10 @@ start_node() { # start_node BASE NODE (no wait)
     port_open "$KAFKA_HOST" "$p" && die "port $p on $KAFKA_HOST is already in use by another process"
   done
   mkdir -p "$d/data" "$d/logs"
+  [ -f "$(cluster_dir "$b")/cluster-id" ] || random_uuid >"$(cluster_dir "$b")/cluster-id"
   write_props "$b" "$n"
   if [ ! -f "$d/data/meta.properties" ]; then
-    cid="$(cat "$(clusterdir "$b")/cluster-id")"
+    cid="$(cat "$(cluster_dir "$b")/cluster-id")"
     tool kafka.tools.StorageTool format --ignore-formatted -t "$cid" \
       -c "$d/server.properties" >&2 || die "kafka storage format failed (node $n)"
   fi
@@ -126,95 +131,10 @@ start_node() { # start_node BASE NODE (no wait)
   log "node $n: pid $pid, broker $(broker_port "$b" "$n"), controller $(controller_port "$b" "$n"), logs $d/logs"
 }
 
-wait_nodes() { # wait_nodes BASE NODE...
-  local b="$1"; shift
-  local t0 end n pid
-  t0="$(now_ms)"; end=$(( t0 + START_TIMEOUT * 1000 ))
-  for n in "$@"; do
-    until port_open "$KAFKA_HOST" "$(broker_port "$b" "$n")" \
-        && metadata_ok "$b" "$n" $(( (end - $(now_ms)) / 1000 )); do
-      pid="$(pidfile_pid "$(pidfile "$b" "$n")")"
-      pid_alive "$pid" kafka.Kafka || { tail_log "$(nodedir "$b" "$n")/logs/server.log"; die "node $n exited during startup"; }
-      [ "$(now_ms)" -ge "$end" ] && { tail_log "$(nodedir "$b" "$n")/logs/server.log"; die "node $n not ready after ${START_TIMEOUT}s"; }
-      sleep 0.5
-    done
-  done
-  log "ready in $(( $(now_ms) - t0 )) ms: nodes $*"
-}
+node_log() { echo "$(nodedir "$1" "$2")/logs/server.log"; }
+node_port() { broker_port "$1" "$2"; }
+cluster_prepare() { ensure_installed; }
+node_ready() { port_open "$KAFKA_HOST" "$(broker_port "$1" "$2")" && metadata_ok "$1" "$2" "$3"; }
+cluster_line() { echo "BUS_KAFKA_BROKERS=$(brokers "$1")"; }
 
-cmd_start() {
-  local b n
-  b="$(base "${1:-}")"
-  ensure_installed
-  mkdir -p "$(clusterdir "$b")"
-  [ -f "$(clusterdir "$b")/cluster-id" ] || random_uuid >"$(clusterdir "$b")/cluster-id"
-  for n in "${NODES[@]}"; do start_node "$b" "$n"; done
-  wait_nodes "$b" "${NODES[@]}"
-  echo "BUS_KAFKA_BROKERS=$(brokers "$b")"
-}
-
-cmd_stop() {
-  local b n
-  b="$(base "${1:-}")"
-  for n in "${NODES[@]}"; do
-    stop_pidfile "$(pidfile "$b" "$n")" kafka.Kafka "kafka-cluster:$b:n$n" "${BUS_KAFKA_STOP_TIMEOUT:-60}"
-  done
-}
-
-cmd_status() {
-  local b n pid bad=0
-  b="$(base "${1:-}")"
-  ensure_installed
-  for n in "${NODES[@]}"; do
-    if pid="$(running_pid "$b" "$n")" && metadata_ok "$b" "$n" 30; then
-      log "node $n: running, pid $pid, port $(broker_port "$b" "$n"), rss $(rss_kb "$pid") KiB"
-    else
-      log "node $n: not running/answering (port $(broker_port "$b" "$n"))"; bad=1
-    fi
-  done
-  return "$bad"
-}
-
-check_node() { case "${1:-}" in 0|1|2) ;; *) die "NODE must be 0, 1 or 2 (got '${1:-}')";; esac; }
-
-cmd_kill() {
-  check_node "${1:-}"
-  local n="$1" b pid
-  b="$(base "${2:-}")"
-  pid="$(running_pid "$b" "$n")" || die "node $n not running"
-  kill -KILL "$pid"
-  while pid_alive "$pid" kafka.Kafka; do sleep 0.05; done
-  rm -f "$(pidfile "$b" "$n")"
-  log "node $n: killed (pid $pid, SIGKILL)"
-}
-
-cmd_restart() {
-  check_node "${1:-}"
-  local n="$1" b
-  b="$(base "${2:-}")"
-  ensure_installed
-  start_node "$b" "$n"
-  wait_nodes "$b" "$n"
-}
-
-cmd_wipe() {
-  local b
-  b="$(base "${1:-}")"
-  cmd_stop "$b"
-  rm -rf "$(clusterdir "$b")"
-  log "wiped $(clusterdir "$b")"
-}
-
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-
-sub="${1:-}"; [ $# -gt 0 ] && shift
-case "$sub" in
-  start)   cmd_start "$@" ;;
-  stop)    cmd_stop "$@" ;;
-  status)  cmd_status "$@" ;;
-  env)     echo "export BUS_KAFKA_BROKERS=$(brokers "$(base "${1:-}")")" ;;
-  kill)    cmd_kill "$@" ;;
-  restart) cmd_restart "$@" ;;
-  wipe)    cmd_wipe "$@" ;;
-  *)       usage ;;
-esac
+cluster_main "$@"

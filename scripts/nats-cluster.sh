@@ -23,17 +23,21 @@ BUS_LOG_TAG=nats-cluster
 . "$SCRIPT_DIR/lib/common.sh"
 # shellcheck source=lib/nats-install.sh
 . "$SCRIPT_DIR/lib/nats-install.sh"
+# shellcheck source=lib/cluster.sh
+. "$SCRIPT_DIR/lib/cluster.sh"
 
 NATS_HOST=127.0.0.1
 START_TIMEOUT="${BUS_NATS_START_TIMEOUT:-30}"
 MAX_PAYLOAD="${BUS_NATS_MAX_PAYLOAD:-8MB}"
 NODES=(0 1 2)
+CLUSTER_PROC=nats-server
+CLUSTER_STOP_TIMEOUT="${BUS_NATS_STOP_TIMEOUT:-15}"
 
 base() { echo "${1:-${BUS_NATS_CLUSTER_BASE:-24222}}"; }
 client_port() { echo $(( $1 + $2 )); }          # client_port BASE NODE
 route_port() { echo $(( $1 + 100 + $2 )); }
 monitor_port() { echo $(( $1 + 4000 + $2 )); }
-nodedir() { echo "$BUS_BROKER_RUN/nats-cluster-$1/n$2"; }
+nodedir() { echo "$(cluster_dir "$1")/n$2"; }
 pidfile() { echo "$(nodedir "$1" "$2").pid"; }
 logfile() { echo "$(nodedir "$1" "$2").log"; }
 
@@ -77,11 +81,6 @@ healthy() { # healthy BASE NODE: JetStream on this node is current with the meta
   http_ok "http://$NATS_HOST:$(monitor_port "$1" "$2")/healthz"
 }
 
-running_pid() {
-  local pid
-  pid="$(pidfile_pid "$(pidfile "$1" "$2")")"
-  pid_alive "$pid" nats-server && echo "$pid"
-}
 
 start_node() { # start_node BASE NODE (no wait)
   local b="$1" n="$2" d pf lf bin pid conf p
@@ -102,95 +101,11 @@ start_node() { # start_node BASE NODE (no wait)
   log "node $n: pid $pid, client $(client_port "$b" "$n"), routes $(route_port "$b" "$n"), log $lf"
 }
 
-wait_nodes() { # wait_nodes BASE NODE...: until each is healthy
-  local b="$1"; shift
-  local t0 end n pid
-  t0="$(now_ms)"; end=$(( t0 + START_TIMEOUT * 1000 ))
-  for n in "$@"; do
-    until healthy "$b" "$n"; do
-      pid="$(pidfile_pid "$(pidfile "$b" "$n")")"
-      if ! pid_alive "$pid" nats-server; then
-        tail_log "$(logfile "$b" "$n")"; die "node $n (pid $pid) exited during startup"
-      fi
-      if [ "$(now_ms)" -ge "$end" ]; then
-        tail_log "$(logfile "$b" "$n")"; die "node $n not healthy after ${START_TIMEOUT}s"
-      fi
-      sleep 0.1
-    done
-  done
-  log "healthy in $(( $(now_ms) - t0 )) ms: nodes $*"
-}
+cluster_dir() { echo "$BUS_BROKER_RUN/nats-cluster-$1"; }
+node_log() { logfile "$1" "$2"; }
+node_port() { client_port "$1" "$2"; }
+cluster_prepare() { ensure_http_client; }
+node_ready() { healthy "$1" "$2"; }
+cluster_line() { echo "BUS_NATS_URL=$(urls "$1")"; }
 
-cmd_start() {
-  local b n
-  b="$(base "${1:-}")"
-  ensure_http_client
-  for n in "${NODES[@]}"; do start_node "$b" "$n"; done
-  wait_nodes "$b" "${NODES[@]}"
-  echo "BUS_NATS_URL=$(urls "$b")"
-}
-
-cmd_stop() {
-  local b n
-  b="$(base "${1:-}")"
-  for n in "${NODES[@]}"; do
-    stop_pidfile "$(pidfile "$b" "$n")" nats-server "nats-cluster:$b:n$n" "${BUS_NATS_STOP_TIMEOUT:-15}"
-  done
-}
-
-cmd_status() {
-  local b n pid bad=0
-  b="$(base "${1:-}")"
-  for n in "${NODES[@]}"; do
-    if pid="$(running_pid "$b" "$n")" && healthy "$b" "$n"; then
-      log "node $n: running, pid $pid, port $(client_port "$b" "$n"), rss $(rss_kb "$pid") KiB"
-    else
-      log "node $n: not running/healthy (port $(client_port "$b" "$n"))"; bad=1
-    fi
-  done
-  return "$bad"
-}
-
-check_node() { case "${1:-}" in 0|1|2) ;; *) die "NODE must be 0, 1 or 2 (got '${1:-}')";; esac; }
-
-cmd_kill() {
-  check_node "${1:-}"
-  local n="$1" b pid
-  b="$(base "${2:-}")"
-  pid="$(running_pid "$b" "$n")" || die "node $n not running"
-  kill -KILL "$pid"
-  while pid_alive "$pid" nats-server; do sleep 0.05; done
-  rm -f "$(pidfile "$b" "$n")"
-  log "node $n: killed (pid $pid, SIGKILL)"
-}
-
-cmd_restart() {
-  check_node "${1:-}"
-  local n="$1" b
-  b="$(base "${2:-}")"
-  ensure_http_client
-  start_node "$b" "$n"
-  wait_nodes "$b" "$n"
-}
-
-cmd_wipe() {
-  local b
-  b="$(base "${1:-}")"
-  cmd_stop "$b"
-  rm -rf "$BUS_BROKER_RUN/nats-cluster-$b"
-  log "wiped $BUS_BROKER_RUN/nats-cluster-$b"
-}
-
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-
-sub="${1:-}"; [ $# -gt 0 ] && shift
-case "$sub" in
-  start)   cmd_start "$@" ;;
-  stop)    cmd_stop "$@" ;;
-  status)  cmd_status "$@" ;;
-  env)     echo "export BUS_NATS_URL=$(urls "$(base "${1:-}")")" ;;
-  kill)    cmd_kill "$@" ;;
-  restart) cmd_restart "$@" ;;
-  wipe)    cmd_wipe "$@" ;;
-  *)       usage ;;
-esac
+cluster_main "$@"

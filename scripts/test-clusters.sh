@@ -8,14 +8,15 @@
 #      three-node Kafka cluster (scripts/kafka-cluster.sh, ports from
 #      BUS_KAFKA_CLUSTER_BASE, default 29092) at replication factor 3
 #      (skipped with BUS_KAFKA_CLUSTER=0);
-#   (with BUS_KAFKA_FAULTS=1 also the ignored Kafka leader-kill test, which
-#   starts a cluster of its own and fails today: see README)
-#   3. the NATS fault tests (bus-nats/tests/cluster_faults.rs), which start
-#      and kill clusters of their own on free ports, the ignored leader-kill
-#      test included (skipped with BUS_CLUSTER_FAULTS=0: CI runs the others
-#      in scripts/test.sh; the leader-kill one is not yet reliable enough
-#      for CI, see README "Clusters and durability").
-# The cluster it starts is stopped and wiped on exit. Extra args go to cargo test.
+#   3. the NATS leader-kill fault test, #[ignore]d in `cargo test` (its live
+#      subscription stalled once in about five runs; see README "Clusters
+#      and durability"); it starts a cluster of its own on free ports
+#      (skipped with BUS_CLUSTER_FAULTS=0). The other fault tests, NATS
+#      (bus-nats/tests/cluster_faults.rs) and Kafka
+#      (bus-kafka/tests/cluster_faults.rs), each on clusters of their own,
+#      run in scripts/test.sh with the rest of the workspace; with
+#      BUS_CLUSTER_FAULTS=all they run here too.
+# The clusters it starts are stopped and wiped on exit. Extra args go to cargo test.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -40,13 +41,15 @@ if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
   echo "test-clusters.sh: $kexports BUS_REPLICATION_FACTOR=3" >&2
   env "$kexports" cargo test -p bus-kafka --test conformance --test replication "$@"
   scripts/kafka-cluster.sh wipe "$kbase" >&2
-  if [ "${BUS_KAFKA_FAULTS:-0}" = 1 ]; then
-    cargo test -p bus-kafka --test cluster_faults "$@" -- --ignored --nocapture
-  fi
 fi
 tk=$(date +%s)
-if [ "${BUS_CLUSTER_FAULTS:-1}" != 0 ]; then
-  cargo test -p bus-nats --test cluster_faults "$@" -- --include-ignored --test-threads 1 --nocapture
-fi
+case "${BUS_CLUSTER_FAULTS:-1}" in
+  0) ;;
+  all)
+    cargo test -p bus-nats --test cluster_faults "$@" -- --include-ignored --test-threads 1 --nocapture
+    cargo test -p bus-kafka --test cluster_faults "$@" -- --nocapture
+    ;;
+  *) cargo test -p bus-nats --test cluster_faults "$@" -- --ignored --nocapture ;;
+esac
 t2=$(date +%s)
-echo "test-clusters.sh: NATS cluster suite $((t1 - t0)) s, Kafka cluster suite $((tk - t1)) s, NATS fault tests $((t2 - tk)) s" >&2
+echo "test-clusters.sh: NATS cluster suite $((t1 - t0)) s, Kafka cluster suite $((tk - t1)) s, fault tests $((t2 - tk)) s" >&2

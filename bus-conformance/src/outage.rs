@@ -307,3 +307,51 @@ pub fn with_traffic<R>(
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     (result, outcome)
 }
+
+/// How [`offsets_until`] receives from a subscription.
+#[derive(Debug, Clone, Copy)]
+pub struct Receiving {
+    /// Each `recv_timeout` call's timeout.
+    pub recv: Duration,
+    /// How much longer than `recv` a call may take, outage or not.
+    pub slack: Duration,
+    /// When to give up altogether.
+    pub wait: Duration,
+}
+
+/// Offsets of the records `subscription` delivers until `until(offsets,
+/// errors so far)` says stop, failing on an error item unless `errors`
+/// collects them; every receive must come back within `recv + slack`.
+///
+/// # Panics
+/// On a slow receive, an uncollected error item, or after `wait`.
+pub fn offsets_until(
+    subscription: &mut bus_core::Subscription,
+    receiving: Receiving,
+    mut errors: Option<&mut Vec<BusError>>,
+    mut until: impl FnMut(&[u64], usize) -> bool,
+) -> Vec<u64> {
+    let Receiving { recv, slack, wait } = receiving;
+    let deadline = Instant::now() + wait;
+    let mut got = Vec::new();
+    let mut error_count = 0;
+    while !until(&got, error_count) {
+        assert!(Instant::now() < deadline, "gave up with {got:?}");
+        let started = Instant::now();
+        let item = subscription.recv_timeout(recv);
+        let took = started.elapsed();
+        assert!(took <= recv + slack, "recv_timeout({recv:?}) took {took:?}");
+        match item {
+            Ok(Some(item)) => got.push(item.event().map_or(u64::MAX, |e| e.offset)),
+            Ok(None) => {}
+            Err(error) => match errors.as_deref_mut() {
+                Some(errors) => {
+                    error_count += 1;
+                    errors.push(error);
+                }
+                None => panic!("error item: {error}"),
+            },
+        }
+    }
+    got
+}

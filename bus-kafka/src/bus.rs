@@ -62,7 +62,8 @@ impl EventBus for KafkaBus {
                 let mut map = lock(&core.partitions);
                 std::sync::Arc::clone(map.entry((entry.spec.name.clone(), partition)).or_default())
             };
-            let mut index = lock(&state.index);
+            let mut index = state.lock_until(&core.options, deadline)?;
+            index.settle();
             let kafka_partition = i32::try_from(partition).unwrap_or(i32::MAX);
             let auth = core.auth();
             let checker = crate::dedup::Checker {

@@ -2,6 +2,7 @@
 //! [`BusError`]s, and the bus-name → Kafka-name mapping.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bus_core::BusError;
@@ -20,10 +21,54 @@ use crate::KafkaOptions;
 /// reports, which go straight to the waiting caller (no runtime hop).
 pub(crate) type Producer = ThreadedProducer<DeliveryContext>;
 
-/// Where a delivery report goes: the record's index in its publish call.
+/// Where a delivery report goes: the record's index in its publish call,
+/// and for a record with a UID also a [`Late`] slot that outlives the call.
 pub(crate) struct Ticket {
     pub index: usize,
     pub reply: std::sync::mpsc::Sender<(usize, Result<i64, KafkaError>)>,
+    pub late: Option<Arc<Late>>,
+}
+
+/// The delivery report of one UID record, kept after its caller gave up
+/// waiting: librdkafka goes on retrying the record (with the same
+/// idempotent sequence number) across a leader failover, so a retry of the
+/// UID must wait for that report rather than produce a second copy.
+#[derive(Default)]
+pub(crate) struct Late {
+    outcome: Mutex<Option<Result<i64, KafkaError>>>,
+    done: Condvar,
+}
+
+impl Late {
+    /// Records the report (the first one wins) and wakes the waiters.
+    pub(crate) fn set(&self, outcome: Result<i64, KafkaError>) {
+        let mut slot = crate::reader::lock(&self.outcome);
+        if slot.is_none() {
+            *slot = Some(outcome);
+        }
+        self.done.notify_all();
+    }
+
+    /// The report, if it has come.
+    pub(crate) fn peek(&self) -> Option<Result<i64, KafkaError>> {
+        crate::reader::lock(&self.outcome).clone()
+    }
+
+    /// The report, waiting for it until `deadline`.
+    pub(crate) fn wait_until(&self, deadline: Instant) -> Option<Result<i64, KafkaError>> {
+        let mut slot = crate::reader::lock(&self.outcome);
+        while slot.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            slot = self
+                .done
+                .wait_timeout(slot, left)
+                .map_or_else(|poisoned| poisoned.into_inner().0, |(slot, _)| slot);
+        }
+        slot.clone()
+    }
 }
 
 /// Hands each delivery report to the caller waiting for it.
@@ -39,6 +84,9 @@ impl ProducerContext for DeliveryContext {
             Ok(message) => Ok(message.offset()),
             Err((error, _)) => Err(error.clone()),
         };
+        if let Some(late) = &ticket.late {
+            late.set(outcome.clone());
+        }
         // The caller may have given up (timeout); nobody to tell then.
         let _ = ticket.reply.send((ticket.index, outcome));
     }
@@ -71,21 +119,50 @@ pub fn kafka_topic_name(bus_name: &str) -> String {
     out
 }
 
-/// Builds the idempotent producer: `acks=all`, timeouts bounded by the bus
-/// timeout, partitions always chosen by the bus.
-pub(crate) fn producer(options: &KafkaOptions) -> Result<Producer, BusError> {
-    producer_config(options)
+/// Which of a bus's two producers a record goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Records without a UID: librdkafka gives up on a record one bus
+    /// timeout after it was handed over. A longer wait would hold up
+    /// publishing after a broker restart: an idempotent producer whose
+    /// requests were cut off drains every record in flight before it goes
+    /// on, and records queued through the outage drain only by delivery or
+    /// by their own timeout.
+    Plain,
+    /// Records with a UID (and batches holding one): librdkafka keeps
+    /// trying for [`UID_DELIVERY_FLOOR`] or three bus timeouts, long enough
+    /// to outlast a partition leader failover (the controller fences a dead
+    /// broker after its session timeout, then elects a new leader). A
+    /// record in flight at the failover is then delivered once by the
+    /// idempotent producer and a retry of its UID gets its offset (see
+    /// [`Late`]), instead of failing as "possibly persisted" and being
+    /// produced a second time.
+    Uid,
+}
+
+/// The least time the UID producer keeps trying to deliver a record.
+const UID_DELIVERY_FLOOR: Duration = Duration::from_secs(30);
+
+/// Builds an idempotent producer: `acks=all`, requests bounded by the bus
+/// timeout, delivery retried as [`Delivery`] says, partitions always chosen
+/// by the bus.
+pub(crate) fn producer(options: &KafkaOptions, kind: Delivery) -> Result<Producer, BusError> {
+    producer_config(options, kind)
         .create_with_context(DeliveryContext)
         .map_err(|error| map_error(options, "creating the Kafka producer", error))
 }
 
-/// The producer's settings.
-pub(crate) fn producer_config(options: &KafkaOptions) -> ClientConfig {
+/// The settings of the producer of `kind`.
+pub(crate) fn producer_config(options: &KafkaOptions, kind: Delivery) -> ClientConfig {
     let mut config = options.client_config();
+    let delivery = match kind {
+        Delivery::Plain => options.timeout,
+        Delivery::Uid => (options.timeout * 3).max(UID_DELIVERY_FLOOR),
+    };
     config
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("message.timeout.ms", options.timeout_ms())
+        .set("message.timeout.ms", delivery.as_millis().to_string())
         .set("request.timeout.ms", options.timeout_ms())
         .set("linger.ms", "1")
         // A batch must stay below the smallest topic limit (max_record_bytes
@@ -194,9 +271,9 @@ pub(crate) fn remaining(deadline: Instant) -> Duration {
 /// "unknown partition" for a moment. After an error that says `client`'s
 /// metadata may be stale, its cache is refreshed first: librdkafka takes a
 /// partition it last saw without a leader (as every partition is while a
-/// broker shuts down cleanly) for a permanent error, and a client with no
-/// topic handles of its own would keep it until `metadata.max.age.ms`
-/// (15 minutes) passes.
+/// broker shuts down cleanly) for a permanent error, or sends the query to
+/// a killed leader, and a client with no topic handles of its own would
+/// keep that until `metadata.max.age.ms` (15 minutes) passes.
 pub(crate) fn retry<C: ClientContext, T>(
     options: &KafkaOptions,
     what: &str,
@@ -225,12 +302,22 @@ pub(crate) fn retry<C: ClientContext, T>(
 /// The longest a metadata refresh between two tries may take.
 const METADATA_REFRESH: Duration = Duration::from_secs(1);
 
-/// Errors after which a client's cached metadata may be out of date.
+/// Errors after which a client's cached metadata may be out of date. A
+/// timeout or a lost connection counts: after its partition leader is
+/// killed, a query keeps going to the dead broker, which the cache names
+/// as leader until refreshed.
 fn stale_metadata(error: &KafkaError) -> bool {
     matches!(
         error.rdkafka_error_code(),
         Some(
-            RDKafkaErrorCode::UnknownPartition
+            RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::TimedOutQueue
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::NetworkException
+                | RDKafkaErrorCode::BrokerNotAvailable
+                | RDKafkaErrorCode::UnknownPartition
                 | RDKafkaErrorCode::UnknownTopic
                 | RDKafkaErrorCode::UnknownTopicOrPartition
                 | RDKafkaErrorCode::LeaderNotAvailable

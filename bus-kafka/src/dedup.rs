@@ -3,17 +3,22 @@
 //! window (`offsets_for_times`), and caught up to the high watermark before
 //! each check, so records written by other buses since are seen too. Its
 //! lock is held across check and produce, so concurrent retries of one UID
-//! in one process store one record.
+//! in one process store one record; waiting for it ends at the caller's
+//! deadline (contract C10). A UID record whose caller gave up before its
+//! delivery report stays tracked until the report comes, so a retry gets
+//! that record's offset instead of storing a second copy.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, now_ms};
 
-use crate::Core;
-use crate::reader::RawMessage;
+use crate::client::Late;
+use crate::reader::{RawMessage, lock};
+use crate::{Core, KafkaOptions};
 
 /// Records read per step of an index scan.
 const SCAN_PAGE: usize = 2_000;
@@ -49,6 +54,66 @@ impl Checker<'_> {
 #[derive(Default)]
 pub(crate) struct PartitionState {
     pub(crate) index: Mutex<UidIndex>,
+    /// Whether a [`IndexGuard`] is out; `freed` rings when it returns.
+    busy: Mutex<bool>,
+    freed: Condvar,
+}
+
+impl PartitionState {
+    /// The index, once no other call holds it, or a timeout at `deadline`:
+    /// a `std` mutex would let a waiter queue behind one holder after
+    /// another (it is not fair) well past its own deadline while a
+    /// partition leader fails over and each holder waits out its own.
+    pub(crate) fn lock_until(
+        &self,
+        options: &KafkaOptions,
+        deadline: Instant,
+    ) -> Result<IndexGuard<'_>, BusError> {
+        let mut busy = lock(&self.busy);
+        while *busy {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(crate::client::timed_out(options, "publish"));
+            }
+            busy = self
+                .freed
+                .wait_timeout(busy, left)
+                .map_or_else(|poisoned| poisoned.into_inner().0, |(busy, _)| busy);
+        }
+        *busy = true;
+        drop(busy);
+        Ok(IndexGuard {
+            index: Some(lock(&self.index)),
+            state: self,
+        })
+    }
+}
+
+/// Exclusive use of one partition's [`UidIndex`].
+pub(crate) struct IndexGuard<'a> {
+    index: Option<MutexGuard<'a, UidIndex>>,
+    state: &'a PartitionState,
+}
+
+impl Deref for IndexGuard<'_> {
+    type Target = UidIndex;
+    fn deref(&self) -> &UidIndex {
+        self.index.as_deref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl DerefMut for IndexGuard<'_> {
+    fn deref_mut(&mut self) -> &mut UidIndex {
+        self.index.as_deref_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl Drop for IndexGuard<'_> {
+    fn drop(&mut self) {
+        self.index = None;
+        *lock(&self.state.busy) = false;
+        self.state.freed.notify_one();
+    }
 }
 
 /// UIDs of one partition's records within `from..to`, first offset wins.
@@ -58,13 +123,46 @@ pub(crate) struct UidIndex {
     from: u64,
     to: u64,
     warmed: bool,
+    /// UIDs produced by a call that gave up before the delivery report.
+    in_flight: HashMap<String, Arc<Late>>,
 }
 
 impl UidIndex {
     /// Forgets everything, so the next use warms again (the control key
     /// changed, and with it which records are authentic).
     pub(crate) fn reset(&mut self) {
-        *self = Self::default();
+        let in_flight = std::mem::take(&mut self.in_flight);
+        *self = Self {
+            in_flight,
+            ..Self::default()
+        };
+    }
+
+    /// The unfinished earlier publish of `uid`, if any.
+    pub(crate) fn in_flight(&self, uid: &str) -> Option<Arc<Late>> {
+        self.in_flight.get(uid).cloned()
+    }
+
+    /// Notes a record of `uid` whose delivery report has not come yet.
+    pub(crate) fn track(&mut self, uid: &str, late: Arc<Late>) {
+        self.in_flight.insert(uid.to_owned(), late);
+    }
+
+    /// Takes in the reports that came for tracked records: a stored one
+    /// gives its UID's offset, a failed one is forgotten (a retry produces
+    /// the UID again).
+    pub(crate) fn settle(&mut self) {
+        let uids = &mut self.uids;
+        self.in_flight.retain(|uid, late| match late.peek() {
+            None => true,
+            Some(Ok(offset)) => {
+                if let Ok(offset) = u64::try_from(offset) {
+                    uids.entry(uid.clone()).or_insert(offset);
+                }
+                false
+            }
+            Some(Err(_)) => false,
+        });
     }
 
     /// The first stored offset of `uid`, as far as indexed.

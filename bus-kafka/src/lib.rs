@@ -22,7 +22,11 @@
 //! - Fetches use consumers assigned at the requested offset, stop at the high
 //!   watermark and are reused for sequential replay.
 //! - UIDs are deduplicated by an in-process index per partition, warmed from
-//!   the partition's tail covering the topic's dedup window.
+//!   the partition's tail covering the topic's dedup window. UID records go
+//!   through a second idempotent producer that keeps retrying a record past
+//!   its call's timeout (through a partition leader failover); a retry of
+//!   the UID waits for that record's delivery report instead of producing
+//!   it again (see `client::Delivery`).
 //! - A live subscription owns one consumer, assigned (no group, no commits)
 //!   at its start offsets, and a thread that awaits librdkafka's wake-up,
 //!   decodes each record as `fetch` does and rings the subscription's
@@ -73,7 +77,7 @@ pub use client::kafka_topic_name;
 pub const SCHEMES: &[&str] = &["kafka", "kafkas", "kafka+tls", "kafka+ssl"];
 pub use options::{DEFAULT_MANIFEST_TOPIC, KafkaOptions, SaslMechanism};
 
-use client::Producer;
+use client::{Delivery, Producer};
 use reader::lock;
 use registry::{Entry, Registry};
 
@@ -99,7 +103,8 @@ impl std::fmt::Debug for KafkaBus {
 /// Everything the connector's tasks share.
 pub(crate) struct Core {
     pub(crate) options: KafkaOptions,
-    producer: RwLock<Arc<Producer>>,
+    /// The producers for [`Delivery::Plain`] and [`Delivery::Uid`] records.
+    producers: [RwLock<Arc<Producer>>; 2],
     pub(crate) admin: Arc<AdminClient<DefaultClientContext>>,
     pub(crate) registry: Mutex<Registry>,
     pub(crate) pool: reader::Pool,
@@ -122,7 +127,10 @@ impl KafkaBus {
     pub fn connect_with(options: KafkaOptions) -> Result<Self, BusError> {
         options.validate()?;
         let executor = ConnectorExecutor::with_timeout("bus-kafka", options.timeout + SLACK)?;
-        let producer = client::producer(&options)?;
+        let producers = [
+            RwLock::new(Arc::new(client::producer(&options, Delivery::Plain)?)),
+            RwLock::new(Arc::new(client::producer(&options, Delivery::Uid)?)),
+        ];
         let admin = Arc::new(client::admin(&options)?);
         // The manifest topic must exist before its consumer is made, or
         // that consumer caches the topic as unknown.
@@ -157,7 +165,7 @@ impl KafkaBus {
         let bus = Self {
             executor,
             core: Arc::new(Core {
-                producer: RwLock::new(Arc::new(producer)),
+                producers,
                 admin,
                 registry: Mutex::new(Registry::open(&options)?),
                 pool: reader::Pool::new(&options)?,
@@ -231,9 +239,13 @@ impl KafkaBus {
 }
 
 impl Core {
-    /// The current producer.
-    pub(crate) fn producer(&self) -> Arc<Producer> {
-        match self.producer.read() {
+    fn producer_slot(&self, kind: Delivery) -> &RwLock<Arc<Producer>> {
+        &self.producers[usize::from(kind == Delivery::Uid)]
+    }
+
+    /// The current producer of `kind`.
+    pub(crate) fn producer(&self, kind: Delivery) -> Arc<Producer> {
+        match self.producer_slot(kind).read() {
             Ok(guard) => Arc::clone(&guard),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         }
@@ -242,16 +254,16 @@ impl Core {
     /// Replaces the producer after librdkafka declared it fatally failed
     /// (an idempotent producer can, e.g. after lost sequence numbers), so
     /// the bus recovers without the caller rebuilding it.
-    pub(crate) fn heal_producer(&self, failed: &Arc<Producer>) {
+    pub(crate) fn heal_producer(&self, kind: Delivery, failed: &Arc<Producer>) {
         if failed.client().fatal_error().is_none() {
             return;
         }
         let mut slot = self
-            .producer
+            .producer_slot(kind)
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if Arc::ptr_eq(&slot, failed)
-            && let Ok(fresh) = client::producer(&self.options)
+            && let Ok(fresh) = client::producer(&self.options, kind)
         {
             *slot = Arc::new(fresh);
         }

@@ -316,7 +316,7 @@ fn write_entry(
     deadline: Instant,
 ) -> Result<(), BusError> {
     let topic = core.options.manifest_topic.as_str();
-    let mut outcome = crate::publish::deliver(core, 1, deadline, |_, ticket| {
+    let mut outcome = crate::publish::deliver(core, 1, &[], deadline, |_, ticket| {
         let record = BaseRecord::with_opaque_to(topic, ticket)
             .partition(0)
             .key(name);

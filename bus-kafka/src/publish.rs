@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
-use crate::client::{Ticket, map_error, remaining, timed_out};
+use crate::client::{Delivery, Late, Ticket, map_error, remaining, timed_out};
 use crate::reader::{TAG_HEADER, UID_HEADER, lock};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};
@@ -44,14 +44,16 @@ pub(crate) fn prepare(
 }
 
 /// Produces `records` in order (librdkafka batches them) and waits for every
-/// delivery report until `deadline`; one offset or error per record.
+/// delivery report until `deadline`; one offset or error per record. A
+/// record's report also goes to its slot in `lates`, if any.
 pub(crate) fn produce(
     core: &Core,
     topic: &str,
     records: &[Prepared],
+    lates: &[Option<Arc<Late>>],
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
-    deliver(core, records.len(), deadline, |index, ticket| {
+    deliver(core, records.len(), lates, deadline, |index, ticket| {
         let record = &records[index];
         let mut headers = OwnedHeaders::new_with_capacity(2);
         if let Some(uid) = &record.uid {
@@ -82,22 +84,33 @@ pub(crate) fn produce(
 
 /// Enqueues `count` records made by `make` strictly in order (retrying the
 /// same record while librdkafka's queue is full, so none overtakes another)
-/// and collects their delivery reports.
+/// and collects their delivery reports (copied to `lates[i]` when set; a
+/// record never enqueued gets its error there).
 pub(crate) fn deliver<'a>(
     core: &Core,
     count: usize,
+    lates: &[Option<Arc<Late>>],
     deadline: Instant,
     make: impl Fn(usize, Box<Ticket>) -> BaseRecord<'a, str, [u8], Box<Ticket>>,
 ) -> Vec<Result<u64, BusError>> {
-    let producer = core.producer();
+    // Only UID records are tracked past their call: they go through the
+    // producer that keeps trying through a failover.
+    let kind = if lates.is_empty() {
+        Delivery::Plain
+    } else {
+        Delivery::Uid
+    };
+    let producer = core.producer(kind);
     let (reply, replies) = std::sync::mpsc::channel();
     let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
     out.resize_with(count, || None);
     let mut outstanding = 0usize;
     for (index, slot) in out.iter_mut().enumerate() {
+        let late = lates.get(index).cloned().flatten();
         let ticket = Box::new(Ticket {
             index,
             reply: reply.clone(),
+            late: late.clone(),
         });
         let mut record = make(index, ticket);
         loop {
@@ -113,7 +126,10 @@ pub(crate) fn deliver<'a>(
                     std::thread::park_timeout(Duration::from_millis(1));
                 }
                 Err((error, _)) => {
-                    core.heal_producer(&producer);
+                    if let Some(late) = &late {
+                        late.set(Err(error.clone()));
+                    }
+                    core.heal_producer(kind, &producer);
                     *slot = Some(Err(map_error(&core.options, "publish", error)));
                     break;
                 }
@@ -131,7 +147,7 @@ pub(crate) fn deliver<'a>(
                 BusError::Backend("kafka: delivery report without an offset".to_owned())
             }),
             Err(error) => {
-                core.heal_producer(&producer);
+                core.heal_producer(kind, &producer);
                 Err(map_error(&core.options, "publish", error))
             }
         });
@@ -160,7 +176,7 @@ impl KafkaBus {
         };
         let deadline = self.deadline();
         let offsets = if record.uid.is_none() {
-            produce(&self.core, &entry.kafka_topic, &[record], deadline)
+            produce(&self.core, &entry.kafka_topic, &[record], &[], deadline)
         } else {
             publish_deduplicated(&self.core, &entry, vec![record], deadline)?
         };
@@ -198,7 +214,7 @@ impl KafkaBus {
         let partitions: Vec<u32> = prepared.iter().map(|record| record.partition).collect();
         let deadline = self.deadline();
         let offsets = if prepared.iter().all(|record| record.uid.is_none()) {
-            produce(&self.core, &entry.kafka_topic, &prepared, deadline)
+            produce(&self.core, &entry.kafka_topic, &prepared, &[], deadline)
         } else {
             publish_deduplicated(&self.core, &entry, prepared, deadline)?
         };
@@ -239,8 +255,12 @@ fn publish_deduplicated(
             Arc::clone(map.entry((entry.spec.name.clone(), partition)).or_default())
         })
         .collect();
-    // Locks are taken in partition order, so batches cannot deadlock.
-    let mut guards: Vec<_> = states.iter().map(|state| lock(&state.index)).collect();
+    // Locks are taken in partition order, so batches cannot deadlock; each
+    // wait ends at the deadline (contract C10).
+    let mut guards = Vec::with_capacity(states.len());
+    for state in &states {
+        guards.push(state.lock_until(&core.options, deadline)?);
+    }
     let slot_of = |partition: u32| partitions.binary_search(&partition).ok();
     let auth = core.auth();
     for (&partition, guard) in partitions.iter().zip(guards.iter_mut()) {
@@ -250,6 +270,7 @@ fn publish_deduplicated(
             auth: auth.as_ref(),
         };
         let partition = i32::try_from(partition).unwrap_or(i32::MAX);
+        guard.settle();
         guard.catch_up(
             core,
             &entry.kafka_topic,
@@ -272,6 +293,25 @@ fn publish_deduplicated(
                 out[i] = Some(Ok(offset));
                 continue;
             }
+            // An earlier call's record of this UID, still being delivered:
+            // its offset is this call's answer (or it failed, and the UID
+            // is produced again).
+            if let Some(late) = guards[slot].in_flight(uid) {
+                match late.wait_until(deadline) {
+                    Some(Ok(offset)) => {
+                        guards[slot].settle();
+                        out[i] = Some(u64::try_from(offset).map_err(|_| {
+                            BusError::Backend("kafka: delivery report without an offset".to_owned())
+                        }));
+                        continue;
+                    }
+                    Some(Err(_)) => guards[slot].settle(),
+                    None => {
+                        out[i] = Some(Err(timed_out(&core.options, "publish")));
+                        continue;
+                    }
+                }
+            }
             if let Some(&first) = first_in_batch.get(&(record.partition, uid)) {
                 repeats.push((i, first));
                 continue;
@@ -281,14 +321,20 @@ fn publish_deduplicated(
         to_send.push(record.clone());
         sent_index.push(i);
     }
-    let results = produce(core, &entry.kafka_topic, &to_send, deadline);
-    for (i, result) in sent_index.into_iter().zip(results) {
-        if let (Ok(offset), Some(uid), Some(slot)) = (
-            &result,
-            records[i].uid.as_deref(),
-            slot_of(records[i].partition),
-        ) {
-            guards[slot].record(uid, *offset);
+    let lates: Vec<Option<Arc<Late>>> = to_send
+        .iter()
+        .map(|record| record.uid.as_ref().map(|_| Arc::default()))
+        .collect();
+    let results = produce(core, &entry.kafka_topic, &to_send, &lates, deadline);
+    for ((i, result), late) in sent_index.into_iter().zip(results).zip(lates) {
+        if let (Some(uid), Some(slot)) = (records[i].uid.as_deref(), slot_of(records[i].partition))
+        {
+            match (&result, late) {
+                (Ok(offset), _) => guards[slot].record(uid, *offset),
+                // No report by the deadline: librdkafka still has it.
+                (Err(_), Some(late)) if late.peek().is_none() => guards[slot].track(uid, late),
+                _ => {}
+            }
         }
         out[i] = Some(result);
     }

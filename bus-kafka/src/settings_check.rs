@@ -13,7 +13,14 @@ fn every_setting_the_bus_makes_is_reserved() {
         .client_cert("/c.pem", "/k.pem")
         .sasl(SaslMechanism::ScramSha512, "u", "p");
     let configs = [
-        ("producer", client::producer_config(&options)),
+        (
+            "plain producer",
+            client::producer_config(&options, client::Delivery::Plain),
+        ),
+        (
+            "UID producer",
+            client::producer_config(&options, client::Delivery::Uid),
+        ),
         ("reader", client::reader_config(&options)),
         ("admin", client::admin_config(&options)),
         ("subscription", subscribe::consumer_config(&options)),

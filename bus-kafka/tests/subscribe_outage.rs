@@ -5,8 +5,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bus_conformance::outage::{self, Receiving};
 use bus_conformance::util::poll_until;
 use bus_core::{EventBus, Manifest, Selector, StartAt, SubscribeOptions, Subscription, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions};
@@ -16,39 +17,20 @@ use serde_json::json;
 const TIMEOUT: Duration = Duration::from_secs(3);
 const RECV: Duration = Duration::from_millis(300);
 
-/// Offsets of the records received until `until` says stop, failing on an
-/// error item unless `errors` collects them.
+/// Each receive must come back within its timeout plus `slack`, outage or not.
+const RECEIVING: Receiving = Receiving {
+    recv: RECV,
+    // Generous: the point is that a receive never hangs on the outage.
+    slack: Duration::from_secs(2),
+    wait: Duration::from_secs(120),
+};
+
 fn offsets_until(
     sub: &mut Subscription,
-    mut errors: Option<&mut Vec<bus_core::BusError>>,
-    mut until: impl FnMut(&[u64], usize) -> bool,
+    errors: Option<&mut Vec<bus_core::BusError>>,
+    until: impl FnMut(&[u64], usize) -> bool,
 ) -> Vec<u64> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut got = Vec::new();
-    let mut error_count = 0;
-    while !until(&got, error_count) {
-        assert!(Instant::now() < deadline, "gave up with {got:?}");
-        let started = Instant::now();
-        let item = sub.recv_timeout(RECV);
-        let took = started.elapsed();
-        // Generous: the point is that a receive never hangs on the outage.
-        assert!(
-            took <= RECV + Duration::from_secs(2),
-            "recv_timeout took {took:?}"
-        );
-        match item {
-            Ok(Some(item)) => got.push(item.event().map_or(u64::MAX, |e| e.offset)),
-            Ok(None) => {}
-            Err(error) => match errors.as_deref_mut() {
-                Some(errors) => {
-                    error_count += 1;
-                    errors.push(error);
-                }
-                None => panic!("error item: {error}"),
-            },
-        }
-    }
-    got
+    outage::offsets_until(sub, RECEIVING, errors, until)
 }
 
 #[test]

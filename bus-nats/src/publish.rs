@@ -15,7 +15,7 @@ use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{RESEND_INTERVAL, Shared, TopicState};
-use crate::topics::unanswered;
+use crate::topics::{stream_info, unanswered};
 use crate::uid::{Resolved, UidSubject};
 
 /// Publishes of one UID record tried before giving up on a subject that
@@ -130,11 +130,22 @@ pub(crate) async fn send_all(
             Err(error) => Err(error),
         };
         if let (Some((subject, payload, _)), Some(headers)) = (&retry, &headers) {
+            let mut stream_exists = false;
             while let Err(error) = &acked {
                 let pause = match error.kind() {
                     PublishErrorKind::TimedOut => Duration::ZERO,
                     // The connection moves to another server: not at once.
                     PublishErrorKind::BrokenPipe => Duration::from_millis(50),
+                    // "No responders": a clustered stream has no leader
+                    // while a new one is elected after its leader died.
+                    // Unless the stream is gone, send again shortly rather
+                    // than wait a whole timeout for its info.
+                    PublishErrorKind::StreamNotFound
+                        if stream_exists || !stream_gone(&shared, &topic, partition).await =>
+                    {
+                        stream_exists = true;
+                        NO_LEADER_PAUSE
+                    }
                     _ => break,
                 };
                 if tokio::time::Instant::now() + pause + RESEND_INTERVAL > deadline {
@@ -189,6 +200,21 @@ pub(crate) async fn send_all(
         });
     }
     Ok(acks)
+}
+
+/// Between two sends of a UID record while its stream has no leader.
+const NO_LEADER_PAUSE: Duration = Duration::from_millis(200);
+
+/// Whether the server says `partition`'s stream does not exist (asked with
+/// the short resend timeout: a stream electing a leader may not answer).
+async fn stream_gone(shared: &Shared, topic: &TopicState, partition: u32) -> bool {
+    match topic.partitions.get(partition as usize) {
+        Some(state) => matches!(
+            stream_info(&shared.resend_js, &state.stream).await,
+            Ok(None)
+        ),
+        None => true,
+    }
 }
 
 fn failure(

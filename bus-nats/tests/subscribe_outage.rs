@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bus_conformance::outage::{Stop, stop};
+use bus_conformance::outage::{self, Receiving, Stop, stop};
 use bus_conformance::util::poll_until;
 use bus_core::{
     BusError, EventBus, Manifest, Selector, StartAt, SubscribeOptions, Subscription, TopicSpec,
@@ -20,39 +20,19 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 const RECV: Duration = Duration::from_millis(300);
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Offsets of the records received until `until` says stop, failing on an
-/// error item unless `errors` collects them. Every receive must come back
-/// within its timeout (plus scheduling slack), outage or not.
+/// Each receive must come back within its timeout plus `slack`, outage or not.
+const RECEIVING: Receiving = Receiving {
+    recv: RECV,
+    slack: Duration::from_millis(700),
+    wait: WAIT,
+};
+
 fn offsets_until(
     sub: &mut Subscription,
-    mut errors: Option<&mut Vec<BusError>>,
-    mut until: impl FnMut(&[u64], usize) -> bool,
+    errors: Option<&mut Vec<BusError>>,
+    until: impl FnMut(&[u64], usize) -> bool,
 ) -> Vec<u64> {
-    let deadline = Instant::now() + WAIT;
-    let mut got = Vec::new();
-    let mut error_count = 0;
-    while !until(&got, error_count) {
-        assert!(Instant::now() < deadline, "gave up with {got:?}");
-        let started = Instant::now();
-        let item = sub.recv_timeout(RECV);
-        let took = started.elapsed();
-        assert!(
-            took <= RECV + Duration::from_millis(700),
-            "recv_timeout({RECV:?}) took {took:?}"
-        );
-        match item {
-            Ok(Some(item)) => got.push(item.event().map_or(u64::MAX, |e| e.offset)),
-            Ok(None) => {}
-            Err(error) => match errors.as_deref_mut() {
-                Some(errors) => {
-                    error_count += 1;
-                    errors.push(error);
-                }
-                None => panic!("error item: {error}"),
-            },
-        }
-    }
-    got
+    outage::offsets_until(sub, RECEIVING, errors, until)
 }
 
 #[test]
