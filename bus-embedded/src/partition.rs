@@ -48,9 +48,59 @@ pub(crate) struct SegmentMeta {
     pub base: u64,
     pub path: PathBuf,
     pub index: SegmentIndex,
-    /// The open file of the active segment; sealed ones are opened per read
-    /// so the number of descriptors stays one per partition.
+    /// The open file of the active segment; sealed ones are opened on
+    /// their first read and kept in the partition's [`FileCache`].
     pub file: Option<Arc<File>>,
+}
+
+/// Sealed segments' files kept open after a read, at most [`FileCache::CAP`]
+/// per partition (the least recently read is closed first): opening the
+/// file cost more than the read itself in `fetch(random, 1)` (a path walk
+/// and a descriptor per call).
+#[derive(Debug, Default)]
+pub(crate) struct FileCache {
+    /// `(segment base, file, last use)`.
+    files: Vec<(u64, Arc<File>, u64)>,
+    clock: u64,
+}
+
+impl FileCache {
+    /// Descriptors a partition keeps for its sealed segments.
+    pub const CAP: usize = 8;
+
+    /// The cached file of the segment at `base`.
+    pub fn get(&mut self, base: u64) -> Option<Arc<File>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.files
+            .iter_mut()
+            .find(|(b, _, _)| *b == base)
+            .map(|(_, file, used)| {
+                *used = clock;
+                Arc::clone(file)
+            })
+    }
+
+    /// Keeps `file` for the segment at `base`, closing the least recently
+    /// used one when full.
+    pub fn put(&mut self, base: u64, file: Arc<File>) {
+        self.clock += 1;
+        if let Some(entry) = self.files.iter_mut().find(|(b, _, _)| *b == base) {
+            *entry = (base, file, self.clock);
+            return;
+        }
+        if self.files.len() >= Self::CAP
+            && let Some(oldest) = (0..self.files.len()).min_by_key(|&i| self.files[i].2)
+        {
+            self.files.swap_remove(oldest);
+        }
+        self.files.push((base, file, self.clock));
+    }
+
+    /// Closes the files of segments below `start` (deleted by retention).
+    pub fn retain_from(&mut self, start: u64) {
+        self.files.retain(|(base, _, _)| *base >= start);
+    }
 }
 
 /// What fetch and lookups read, changed only by durable writes and retention.
@@ -204,6 +254,8 @@ pub(crate) struct Partition {
     pub(crate) read: RwLock<ReadState>,
     /// Where readers in other processes learn what is acked (`acked`).
     pub(crate) acked: OnceLock<AckedEnd>,
+    /// Open files of recently read sealed segments.
+    pub(crate) sealed_files: Mutex<FileCache>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -232,6 +284,7 @@ impl Partition {
             writer: Mutex::new(writer),
             read: RwLock::new(read),
             acked: OnceLock::new(),
+            sealed_files: Mutex::default(),
         }
     }
 

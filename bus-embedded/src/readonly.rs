@@ -352,6 +352,7 @@ impl Partition {
         read.segments.retain(|s| s.base >= oldest);
         if read.segments.len() != before {
             read.uids.retain_from(oldest);
+            lock(&self.sealed_files).retain_from(oldest);
         }
         let known = read.segments.last().map(|s| s.base);
         if let Some(active) = read.segments.last_mut() {

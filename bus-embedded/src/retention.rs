@@ -140,6 +140,7 @@ impl Partition {
                 && !gone.is_empty()
             {
                 read.uids.retain_from(start);
+                lock(&self.sealed_files).retain_from(start);
             }
             gone
         };
