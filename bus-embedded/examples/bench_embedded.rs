@@ -343,8 +343,7 @@ fn main() {
     let took = fill(&bus, "big", records);
     let rss = status_mib("VmRSS");
     let rss_anon = status_mib("RssAnon");
-    let (sqlite_insert, sqlite_replay, sqlite_fetch, sqlite_find) =
-        sqlite_reference(dir, records);
+    let (sqlite_insert, sqlite_replay, sqlite_fetch, sqlite_find) = sqlite_reference(dir, records);
     let batch = rate(records, took);
     rows.push(Row {
         name: "batch publish 1000/call, Sync",

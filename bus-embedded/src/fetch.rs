@@ -34,9 +34,27 @@ impl Partition {
         auth: Option<&RecordAuth>,
     ) -> Result<Option<u64>, BusError> {
         let Some(auth) = auth else {
-            return Ok(self.reader().uids.first(uid));
+            let read = self.reader();
+            for segment in &read.segments {
+                if let Some(uids) = &segment.uids
+                    && let Some(&first) = uids.get(uid)?.first()
+                {
+                    return Ok(Some(first));
+                }
+            }
+            return Ok(read.uids.first(uid));
         };
-        let candidates = self.reader().uids.all(uid);
+        let candidates = {
+            let read = self.reader();
+            let mut all = Vec::new();
+            for segment in &read.segments {
+                if let Some(uids) = &segment.uids {
+                    all.extend(uids.get(uid)?);
+                }
+            }
+            all.extend(read.uids.all(uid));
+            all
+        };
         for offset in candidates {
             if self.authentic(offset, uid, auth)? {
                 return Ok(Some(offset));

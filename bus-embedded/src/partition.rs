@@ -51,6 +51,9 @@ pub(crate) struct SegmentMeta {
     /// The open file of the active segment; sealed ones are opened on
     /// their first read and kept in the partition's [`FileCache`].
     pub file: Option<Arc<File>>,
+    /// A sealed segment's UIDs (on disk); `None` for the active segment
+    /// and in read-only opens, whose UIDs are in [`ReadState::uids`].
+    pub uids: Option<Arc<crate::uidtable::SealedUids>>,
 }
 
 /// Sealed segments' files kept open after a read, at most [`FileCache::CAP`]
@@ -108,7 +111,8 @@ impl FileCache {
 pub(crate) struct ReadState {
     /// Ascending; the last one is the active segment.
     pub segments: Vec<SegmentMeta>,
-    /// UID → offsets of every retained record with a UID.
+    /// UID → offsets of the records with a UID that are not in a sealed
+    /// segment's table: the active segment's (and, read-only, all).
     pub uids: UidIndex,
 }
 

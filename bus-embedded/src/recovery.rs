@@ -16,6 +16,7 @@ use crate::index::{self, SegmentIndex};
 use crate::options::Options;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
 use crate::segment::{self, IDX, LOG, Scan, UIDS};
+use crate::uidtable::SealedUids;
 
 fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> BusError {
     BusError::Corrupt {
@@ -59,9 +60,10 @@ pub(crate) fn open_partition(
             ));
         }
         let (index, uids) = if i == last {
-            (SegmentIndex::default(), Vec::new())
+            (SegmentIndex::default(), None)
         } else {
-            load_sealed(&dir, base, &path, options)?
+            let (index, uids) = load_sealed(&dir, base, &path, options)?;
+            (index, Some(Arc::new(uids)))
         };
         if let Some(point) = point
             && point.base == base
@@ -78,15 +80,12 @@ pub(crate) fn open_partition(
             ));
         }
         expected = Some(if i == last { base } else { index.end });
-        read.uids.reserve(uids.len());
-        for (uid, offset) in uids {
-            read.uids.push(uid, offset);
-        }
         read.segments.push(SegmentMeta {
             base,
             path,
             index,
             file: None,
+            uids,
         });
     }
     if let Some(point) = point
@@ -208,6 +207,7 @@ pub(crate) fn open_partition(
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);
         active.file = Some(file);
+        active.uids = None;
     }
     Ok(Partition::new(
         topic.to_owned(),
@@ -242,22 +242,30 @@ fn index_of(scan: &Scan) -> SegmentIndex {
 }
 
 /// A sealed segment's index and UIDs, from its hint files when they fit,
-/// else rebuilt from the segment (which must then verify completely).
+/// else rebuilt from the segment (which must then verify completely). Of
+/// the UID table only the header is read here (its filter and pages are
+/// checked when first read), so open reads a fixed amount per segment.
 fn load_sealed(
     dir: &Path,
     base: u64,
     path: &Path,
     options: &Options,
-) -> Result<(SegmentIndex, Vec<(String, u64)>), BusError> {
+) -> Result<(SegmentIndex, SealedUids), BusError> {
     let log_len = std::fs::metadata(path)?.len();
     let idx_path = segment::path(dir, base, IDX);
     let uids_path = segment::path(dir, base, UIDS);
     let index = index::read_hint(&idx_path).and_then(|b| index::decode_index(&b, base, log_len));
-    let uids = index.as_ref().and_then(|index| {
-        index::read_hint(&uids_path).and_then(|b| index::decode_uids(&b, base, index.end))
-    });
-    if let (Some(index), Some(uids)) = (index.clone(), uids) {
-        return Ok((index, uids));
+    if let Some(index) = &index {
+        let uids = SealedUids::new(dir, base, index.end, index.len, options);
+        if uids.header_fits() {
+            return Ok((index.clone(), uids));
+        }
+        // A UID list written before tables: turned into one, no scan.
+        if let Some(list) =
+            index::read_hint(&uids_path).and_then(|b| index::decode_uids(&b, base, index.end))
+        {
+            return Ok((index.clone(), uids.store(list)?));
+        }
     }
     let file = File::open(path)?;
     let scan = segment::scan(&file, base, options.index_interval_bytes)?;
@@ -276,8 +284,8 @@ fn load_sealed(
             rebuilt
         }
     };
-    fsutil::write_atomic(&uids_path, &index::encode_uids(base, index.end, &scan.uids))?;
-    Ok((index, scan.uids))
+    let uids = SealedUids::new(dir, base, index.end, index.len, options).store(scan.uids)?;
+    Ok((index, uids))
 }
 
 /// Creates an empty segment file and makes its name durable.

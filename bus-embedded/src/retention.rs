@@ -6,10 +6,11 @@ use std::sync::Arc;
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::index::{self, SegmentIndex};
+use crate::index::{self, SegmentIndex, UidIndex};
 use crate::partition::{Partition, SegmentMeta, WriterState, lock};
 use crate::recovery::create_segment;
 use crate::segment::{self, IDX, LOG, UIDS};
+use crate::uidtable::SealedUids;
 
 impl Partition {
     /// Rolls before a frame of `frame_len` bytes written at `now` when the
@@ -71,10 +72,9 @@ impl Partition {
                 .map_err(|e| format!("sealing segment {base}: {e}"))
         };
         seal(IDX, index::encode_index(base, &sealed))?;
-        seal(
-            UIDS,
-            index::encode_uids(base, sealed.end, &writer.active_uids),
-        )?;
+        let uids = SealedUids::new(&self.dir, base, sealed.end, sealed.len, &self.options)
+            .store(std::mem::take(&mut writer.active_uids))
+            .map_err(|e| format!("sealing segment {base}: {e}"))?;
         let next = writer.next;
         let file = create_segment(&self.dir, next).map_err(|e| format!("roll: {e}"))?;
         let file = Arc::new(file);
@@ -82,7 +82,10 @@ impl Partition {
             let mut read = self.read_mut();
             if let Some(active) = read.segments.last_mut() {
                 active.file = None;
+                active.uids = Some(Arc::new(uids));
             }
+            // The sealed segment's UIDs are in its table now.
+            read.uids = UidIndex::default();
             read.segments.push(SegmentMeta {
                 base: next,
                 path: segment::path(&self.dir, next, LOG),
@@ -91,6 +94,7 @@ impl Partition {
                     ..SegmentIndex::default()
                 },
                 file: Some(Arc::clone(&file)),
+                uids: None,
             });
         }
         writer.file = file;

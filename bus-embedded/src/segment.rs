@@ -12,7 +12,8 @@ use crate::frame::{self, Fault, Frame, PREFIX};
 pub(crate) const LOG: &str = "log";
 /// Extension of a sealed segment's sparse index.
 pub(crate) const IDX: &str = "idx";
-/// Extension of a sealed segment's UID index.
+/// Extension of a sealed segment's UID table (see `uidtable`; files of
+/// the list format written before tables are read once and replaced).
 pub(crate) const UIDS: &str = "uids";
 
 /// `dir/<base>.<ext>`.
