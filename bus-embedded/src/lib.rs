@@ -31,6 +31,8 @@
 //! DIR/topics/<name>/p0000/<base:020>.log     segment; the name is its first offset
 //! DIR/topics/<name>/p0000/<base:020>.idx     sparse index of a sealed segment
 //! DIR/topics/<name>/p0000/<base:020>.uids    UID table of a sealed segment (`uidtable`)
+//! DIR/topics/<name>/p0000/<base:020>.cidx    the active segment's index at a clean close
+//! DIR/topics/<name>/p0000/<base:020>.cuids   the active segment's UID table at a clean close
 //! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
 //! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```

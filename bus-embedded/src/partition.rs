@@ -128,6 +128,12 @@ pub(crate) struct WriterState {
     pub last_indexed: Option<u64>,
     /// `(uid, offset)` of the active segment, persisted when it is sealed.
     pub active_uids: Vec<(String, u64)>,
+    /// The UIDs of the active segment's first bytes, when open took them
+    /// from the table written at a clean close (not in `active_uids`).
+    pub active_prefix: Option<Arc<crate::uidtable::SealedUids>>,
+    /// Bytes of the active segment its hint files on disk cover (written
+    /// at a clean close), if any.
+    pub hinted_len: Option<u64>,
     /// Set by a failed write or fsync; the partition refuses writes until reopen.
     pub poisoned: Option<String>,
     /// Bytes written but not yet fsynced ([`Durability::Interval`]).
@@ -681,6 +687,13 @@ impl Drop for Partition {
     /// whole log as known complete: a closed segment found shorter on the
     /// next open is damage, not a torn tail.
     fn drop(&mut self) {
+        let active_index = self
+            .read
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .segments
+            .last()
+            .map(|s| s.index.clone());
         let writer = self
             .writer
             .get_mut()
@@ -712,7 +725,48 @@ impl Drop for Partition {
                 ),
             }
         }
+        // The active segment's index and UID table as of this close, so
+        // the next open reads them instead of every frame (they name the
+        // bytes they cover, and are used only while those are all of the
+        // segment and the recovery point says so).
+        if writer.recovery_point == writer.durable_point()
+            && writer.hinted_len != Some(writer.pos)
+            && let Err(error) = store_active_hints(&self.dir, active_index, writer)
+        {
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.id,
+                %error,
+                "active segment's index not saved at close (the next open reads the segment)"
+            );
+        }
     }
+}
+
+/// Writes the active segment's index and UID table as of a clean close.
+fn store_active_hints(
+    dir: &std::path::Path,
+    index: Option<SegmentIndex>,
+    writer: &WriterState,
+) -> Result<(), BusError> {
+    let Some(index) = index.filter(|i| i.len == writer.pos && i.end == writer.next) else {
+        return Ok(());
+    };
+    let mut uids = match &writer.active_prefix {
+        Some(prefix) => prefix.entries()?,
+        None => Vec::new(),
+    };
+    uids.extend(writer.active_uids.iter().cloned());
+    let Some(table) = crate::uidtable::encode(writer.base, index.end, index.len, &uids) else {
+        return Ok(());
+    };
+    let path = |ext| crate::segment::path(dir, writer.base, ext);
+    crate::fsutil::write_atomic(
+        &path(crate::segment::CLOSED_IDX),
+        &crate::index::encode_index(writer.base, &index),
+    )?;
+    crate::fsutil::write_atomic(&path(crate::segment::CLOSED_UIDS), &table)?;
+    Ok(())
 }
 
 enum WriteError {

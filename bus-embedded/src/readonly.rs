@@ -39,6 +39,8 @@ pub(crate) fn open_partition(
         next: 0,
         last_indexed: None,
         active_uids: Vec::new(),
+        active_prefix: None,
+        hinted_len: None,
         poisoned: Some(READ_ONLY.to_owned()),
         dirty: false,
         allocated: 0,

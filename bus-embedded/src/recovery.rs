@@ -15,7 +15,7 @@ use crate::fsutil;
 use crate::index::{self, SegmentIndex};
 use crate::options::Options;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
-use crate::segment::{self, IDX, LOG, Scan, UIDS};
+use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, Scan, UIDS};
 use crate::uidtable::SealedUids;
 
 fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> BusError {
@@ -98,6 +98,45 @@ pub(crate) fn open_partition(
     let known = point.filter(|p| p.base == base);
     let path = segment::path(&dir, base, LOG);
     let file = fsutil::open_rw(&path, false)?;
+    // Stale hints of the active segment (a roll that did not finish) are
+    // rewritten when it is sealed.
+    remove_hints(&dir, base, &[IDX, UIDS])?;
+    if let Some(known) = known
+        && let Some((index, uids)) = closed_cleanly(&dir, base, &file, known, options)?
+    {
+        // As below: the bytes become visible only once surely durable (a
+        // clean close synced them; this costs little then).
+        options.files.sync_recovered(&file)?;
+        let uids = Arc::new(uids);
+        let file = Arc::new(file);
+        let writer = WriterState {
+            file: Arc::clone(&file),
+            base,
+            pos: known.len,
+            next: known.next,
+            last_indexed: index.entries.last().map(|&(_, pos)| pos),
+            active_uids: Vec::new(),
+            active_prefix: Some(Arc::clone(&uids)),
+            hinted_len: Some(known.len),
+            poisoned: None,
+            dirty: false,
+            allocated: known.len,
+            recovery_point: point,
+        };
+        if let Some(active) = read.segments.last_mut() {
+            active.index = index;
+            active.file = Some(file);
+            active.uids = Some(uids);
+        }
+        return Ok(Partition::new(
+            topic.to_owned(),
+            id,
+            dir,
+            options.clone(),
+            writer,
+            read,
+        ));
+    }
     let scan = segment::scan_to_mark(
         &file,
         base,
@@ -171,14 +210,8 @@ pub(crate) fn open_partition(
     // What a killed writer left in the page cache but never fsynced must be
     // durable before it becomes visible (and dedup answers for it).
     options.files.sync_recovered(&file)?;
-    // Stale hints of the active segment (a roll that did not finish) are
-    // rewritten when it is sealed.
-    for ext in [IDX, UIDS] {
-        let hint = segment::path(&dir, base, ext);
-        if hint.exists() {
-            std::fs::remove_file(hint)?;
-        }
-    }
+    // The hints of a clean close no longer describe the segment.
+    remove_hints(&dir, base, &[CLOSED_IDX, CLOSED_UIDS])?;
     // What recovery verified and synced is now known complete.
     let recovered = RecoveryPoint {
         base,
@@ -199,6 +232,8 @@ pub(crate) fn open_partition(
         next: scan.end,
         last_indexed: scan.index.last().map(|&(_, pos)| pos),
         active_uids: scan.uids.clone(),
+        active_prefix: None,
+        hinted_len: None,
         poisoned: None,
         dirty: false,
         allocated: scan.valid_len,
@@ -217,6 +252,55 @@ pub(crate) fn open_partition(
         writer,
         read,
     ))
+}
+
+/// After a clean close: the active segment's index and UIDs from the hint
+/// files the close wrote, when they cover exactly the bytes the recovery
+/// point knows complete and the segment has no others. Only the frames
+/// from the last index entry on are read (the end of the segment, where a
+/// cut or a torn write would show); the rest is verified as it is read.
+fn closed_cleanly(
+    dir: &Path,
+    base: u64,
+    file: &File,
+    known: RecoveryPoint,
+    options: &Options,
+) -> Result<Option<(SegmentIndex, SealedUids)>, BusError> {
+    if file.metadata()?.len() != known.len {
+        return Ok(None);
+    }
+    let Some(index) = index::read_hint(&segment::path(dir, base, CLOSED_IDX))
+        .and_then(|b| index::decode_index(&b, base, known.len))
+        .filter(|index| index.end == known.next)
+    else {
+        return Ok(None);
+    };
+    let uids = SealedUids::at(dir, base, known.next, known.len, options, CLOSED_UIDS);
+    if !uids.header_fits() {
+        return Ok(None);
+    }
+    let (mut expected, pos) = index.entries.last().copied().unwrap_or((base, 0));
+    let mut reader = segment::FrameReader::new(file, pos, known.len);
+    loop {
+        match reader.next_frame()? {
+            Some(Ok(frame)) if frame.base == expected && frame.count > 0 => {
+                expected = frame.end();
+            }
+            Some(_) => return Ok(None),
+            None => break,
+        }
+    }
+    Ok((expected == known.next).then_some((index, uids)))
+}
+
+fn remove_hints(dir: &Path, base: u64, exts: &[&str]) -> Result<(), BusError> {
+    for ext in exts {
+        let hint = segment::path(dir, base, ext);
+        if hint.exists() {
+            std::fs::remove_file(hint)?;
+        }
+    }
+    Ok(())
 }
 
 /// The segment a recovery point names is gone.

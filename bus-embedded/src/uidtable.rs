@@ -481,8 +481,10 @@ mod tests {
 }
 
 /// The UIDs of one sealed segment as lookups see them: its table on disk,
-/// loaded on the first lookup, or (read-only, or a UID too long for a
-/// page) held in memory.
+/// loaded on the first lookup, or (a UID too long for a page) held in
+/// memory. Also the UIDs of the first `log_len` bytes of the active
+/// segment after a clean close (its table written then), so that open
+/// need not read them back.
 #[derive(Debug)]
 pub(crate) struct SealedUids {
     base: u64,
@@ -500,18 +502,24 @@ pub(crate) struct SealedUids {
 enum State {
     Unloaded,
     Table(Table),
-    Memory(UidIndex),
+    /// The index, and the list it was built from (for [`SealedUids::entries`]).
+    Memory(UidIndex, Vec<(String, u64)>),
 }
 
 impl SealedUids {
     /// The UIDs of the sealed segment `base..end` of `log_len` bytes in `dir`.
     pub fn new(dir: &Path, base: u64, end: u64, log_len: u64, options: &Options) -> Self {
+        Self::at(dir, base, end, log_len, options, UIDS)
+    }
+
+    /// The same, with the table in the file of extension `ext`.
+    pub fn at(dir: &Path, base: u64, end: u64, log_len: u64, options: &Options, ext: &str) -> Self {
         Self {
             base,
             end,
             log_len,
             log_path: segment::path(dir, base, LOG),
-            table_path: segment::path(dir, base, UIDS),
+            table_path: segment::path(dir, base, ext),
             writable: !options.read_only,
             index_interval: options.index_interval_bytes,
             state: RwLock::new(State::Unloaded),
@@ -524,7 +532,7 @@ impl SealedUids {
             let why = {
                 let state = read(&self.state);
                 match &*state {
-                    State::Memory(index) => return Ok(index.all(uid)),
+                    State::Memory(index, _) => return Ok(index.all(uid)),
                     State::Table(table) => match table.get(uid.as_bytes()) {
                         Ok(found) => return Ok(found),
                         Err(Unfit::Io(error)) => return Err(error.into()),
@@ -563,6 +571,36 @@ impl SealedUids {
             && decode_header(&head, self.base, self.end, self.log_len, meta.len()).is_some()
     }
 
+    /// Every `(UID, offset)`, in offset order (to seal the active segment
+    /// whose first bytes this covers).
+    pub fn entries(&self) -> Result<Vec<(String, u64)>, BusError> {
+        let mut state = write(&self.state);
+        if matches!(*state, State::Unloaded) {
+            *state = self.load()?;
+        }
+        let why = match &*state {
+            State::Memory(_, list) => return Ok(list.clone()),
+            State::Table(table) => match table.entries() {
+                Ok(entries) => return Ok(entries),
+                Err(Unfit::Io(error)) => return Err(error.into()),
+                Err(Unfit::Damaged(why)) => why,
+            },
+            State::Unloaded => "not loaded".to_owned(),
+        };
+        *state = self.rebuild(&why)?;
+        match &*state {
+            State::Memory(_, list) => Ok(list.clone()),
+            State::Table(table) => table.entries().map_err(|e| match e {
+                Unfit::Io(error) => error.into(),
+                Unfit::Damaged(why) => BusError::Backend(format!(
+                    "UID table {} just rebuilt does not read: {why}",
+                    self.table_path.display()
+                )),
+            }),
+            State::Unloaded => Ok(Vec::new()),
+        }
+    }
+
     fn load(&self) -> Result<State, BusError> {
         let why = match File::open(&self.table_path) {
             Ok(file) => match Table::load(file, self.base, self.end, self.log_len) {
@@ -584,31 +622,27 @@ impl SealedUids {
             "UID table unfit: rebuilding it from its segment"
         );
         let file = File::open(&self.log_path)?;
-        let scan = segment::scan(&file, self.base, self.index_interval)?;
-        let uids = self.verified(scan)?;
-        self.from_uids(uids)
-    }
-
-    /// The UIDs of a scan that covers the whole segment; `Corrupt` else.
-    pub fn verified(&self, scan: segment::Scan) -> Result<Vec<(String, u64)>, BusError> {
-        if let Some((pos, reason)) = scan.fault {
-            return Err(BusError::Corrupt {
-                location: self.log_path.display().to_string(),
-                offset: scan.end,
-                reason: format!("{reason} at byte {pos} of a sealed segment"),
-            });
-        }
-        if scan.end != self.end || scan.valid_len != self.log_len {
-            return Err(BusError::Corrupt {
-                location: self.log_path.display().to_string(),
-                offset: scan.end,
-                reason: format!(
-                    "sealed segment holds offsets to {} in {} bytes; its index says {} in {}",
+        let scan =
+            segment::scan_to_mark(&file, self.base, self.index_interval, Some(self.log_len))?;
+        // The covered bytes must verify completely and end with offset `end`.
+        if scan.end_at_mark != Some(self.end) {
+            let reason = match scan.fault {
+                Some((pos, reason)) => format!("{reason} at byte {pos}"),
+                None => format!(
+                    "frames end at offset {} in {} bytes, where its index says {} in {}",
                     scan.end, scan.valid_len, self.end, self.log_len
                 ),
+            };
+            return Err(BusError::Corrupt {
+                location: self.log_path.display().to_string(),
+                offset: scan.end.min(self.end),
+                reason,
             });
         }
-        Ok(scan.uids)
+        let end = self.end;
+        let mut uids = scan.uids;
+        uids.retain(|&(_, offset)| offset < end);
+        self.from_uids(uids)
     }
 
     /// Writes the table of `uids` (when writable) and loads it.
@@ -630,10 +664,10 @@ impl SealedUids {
             }
         }
         let mut index = UidIndex::default();
-        for (uid, offset) in uids {
-            index.push(uid, offset);
+        for (uid, offset) in &uids {
+            index.push(uid.clone(), *offset);
         }
-        Ok(State::Memory(index))
+        Ok(State::Memory(index, uids))
     }
 
     /// Writes the table from `uids` now (at seal, or after a scan at open).

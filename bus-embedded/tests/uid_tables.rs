@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use bus_core::EventBus;
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, assert_gap_free, provision, read_all, segments, value_for};
+use support::{TOPIC, assert_gap_free, copy_tree, provision, read_all, segments, value_for};
 
 /// Records per test log; with [`options`] about a dozen sealed segments.
 const N: usize = 120;
@@ -77,7 +77,12 @@ fn assert_all_answers(dir: &Path, tables: &[PathBuf], originals: Option<&[Vec<u8
 }
 
 fn check_bus(bus: &EmbeddedBus, what: &str) {
-    for i in (0..N).rev() {
+    check_records(bus, N, what);
+}
+
+/// Every lookup, dedup and record of a log of `n` records.
+fn check_records(bus: &EmbeddedBus, n: usize, what: &str) {
+    for i in (0..n).rev() {
         let found = bus.find_event_by_uid(TOPIC, "k", &uid(i)).unwrap();
         assert_eq!(found.map(|a| a.offset), Some(i as u64), "{what}: find {i}");
     }
@@ -89,14 +94,14 @@ fn check_bus(bus: &EmbeddedBus, what: &str) {
         );
     }
     // Dedup: publishing any stored UID again writes nothing.
-    for i in (0..N).step_by(7) {
+    for i in (0..n).step_by(7) {
         let ack = bus
             .publish_idempotent(TOPIC, "k", &value_for(&uid(i), i), &uid(i))
             .unwrap();
         assert_eq!(ack.offset, i as u64, "{what}: dedup of {i}");
     }
     let events = read_all(bus, 0).unwrap();
-    assert_eq!(events.len(), N, "{what}: records lost or duplicated");
+    assert_eq!(events.len(), n, "{what}: records lost or duplicated");
     assert_gap_free(&events);
     for (i, event) in events.iter().enumerate() {
         assert_eq!(event.value, value_for(&uid(i), i), "{what}: offset {i}");
@@ -269,6 +274,102 @@ fn a_list_from_before_tables_is_read_once_and_replaced() {
         std::fs::write(table, list).unwrap();
     }
     assert_all_answers(dir.path(), &tables, Some(&originals), "old list format");
+}
+
+/// The hint files a clean close leaves for the active segment.
+fn closed_hints(dir: &Path) -> (PathBuf, PathBuf) {
+    let active = segments(dir, 0).last().unwrap().clone();
+    (
+        active.with_extension("cidx"),
+        active.with_extension("cuids"),
+    )
+}
+
+fn publish_more(bus: &EmbeddedBus, from: usize, to: usize) {
+    for i in from..to {
+        let ack = bus
+            .publish_idempotent(TOPIC, "k", &value_for(&uid(i), i), &uid(i))
+            .unwrap();
+        assert_eq!(ack.offset, i as u64);
+    }
+}
+
+#[test]
+fn a_clean_close_leaves_hints_the_next_open_uses_only_when_they_fit() {
+    type Damage = fn(&Path, &Path);
+    let damages: [(&str, Damage); 7] = [
+        ("intact", |_, _| {}),
+        ("index missing", |idx, _| std::fs::remove_file(idx).unwrap()),
+        ("table missing", |_, uids| {
+            std::fs::remove_file(uids).unwrap()
+        }),
+        ("index cut", |idx, _| {
+            let bytes = std::fs::read(idx).unwrap();
+            std::fs::write(idx, &bytes[..bytes.len() - 3]).unwrap();
+        }),
+        ("table cut", |_, uids| {
+            let bytes = std::fs::read(uids).unwrap();
+            std::fs::write(uids, &bytes[..bytes.len() / 2]).unwrap();
+        }),
+        ("index byte flipped", |idx, _| flip(idx, 20)),
+        ("table page byte flipped", |_, uids| {
+            // Past the header and filter: found when the page is read.
+            let len = std::fs::metadata(uids).unwrap().len();
+            for at in (len - 500..len).step_by(50) {
+                flip(uids, at);
+            }
+        }),
+    ];
+    for (name, damage) in damages {
+        let (dir, _) = sealed_dir();
+        let (idx, uids) = closed_hints(dir.path());
+        assert!(idx.exists() && uids.exists(), "{name}: no hints at close");
+        damage(&idx, &uids);
+        let bus = EmbeddedBus::open_with(dir.path(), options()).unwrap();
+        check_records(&bus, N, name);
+        // Writes after it, and the roll that seals the segment, keep
+        // every UID.
+        publish_more(&bus, N, N + 40);
+        check_records(&bus, N + 40, name);
+        drop(bus);
+        check_records(
+            &EmbeddedBus::open_with(dir.path(), options()).unwrap(),
+            N + 40,
+            name,
+        );
+    }
+}
+
+#[test]
+fn clean_close_hints_are_stale_after_a_crash() {
+    let (dir, _) = sealed_dir();
+    let bus = EmbeddedBus::open_with(dir.path(), options()).unwrap();
+    // Fewer bytes than a segment: the active one grows past its hints.
+    publish_more(&bus, N, N + 3);
+    // What kill -9 leaves now: the hints of the last close, a longer segment.
+    let crashed = tempfile::tempdir().unwrap();
+    copy_tree(dir.path(), crashed.path());
+    drop(bus);
+    let (idx, _) = closed_hints(crashed.path());
+    assert!(idx.exists(), "the test needs the old hints");
+    let bus = EmbeddedBus::open_with(crashed.path(), options()).unwrap();
+    check_records(&bus, N + 3, "after a crash");
+    drop(bus);
+
+    // The hints of an older clean close put back beside a longer segment.
+    let (dir, _) = sealed_dir();
+    let (idx, uids) = closed_hints(dir.path());
+    let (old_idx, old_uids) = (std::fs::read(&idx).unwrap(), std::fs::read(&uids).unwrap());
+    let bus = EmbeddedBus::open_with(dir.path(), options()).unwrap();
+    publish_more(&bus, N, N + 3);
+    drop(bus);
+    std::fs::write(&idx, old_idx).unwrap();
+    std::fs::write(&uids, old_uids).unwrap();
+    check_records(
+        &EmbeddedBus::open_with(dir.path(), options()).unwrap(),
+        N + 3,
+        "older hints",
+    );
 }
 
 /// CRC-32C (Castagnoli), bitwise: enough for a test's few bytes.
