@@ -33,11 +33,12 @@ impl Partition {
         uid: &str,
         auth: Option<&RecordAuth>,
     ) -> Result<Option<u64>, BusError> {
+        let h = crate::uidtable::hash(uid.as_bytes());
         let Some(auth) = auth else {
             let read = self.reader();
             for segment in &read.segments {
                 if let Some(uids) = &segment.uids
-                    && let Some(&first) = uids.get(uid)?.first()
+                    && let Some(&first) = uids.get(uid, h)?.first()
                 {
                     return Ok(Some(first));
                 }
@@ -49,7 +50,7 @@ impl Partition {
             let mut all = Vec::new();
             for segment in &read.segments {
                 if let Some(uids) = &segment.uids {
-                    all.extend(uids.get(uid)?);
+                    all.extend(uids.get(uid, h)?);
                 }
             }
             all.extend(read.uids.all(uid));

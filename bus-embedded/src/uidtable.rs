@@ -28,7 +28,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use bus_core::BusError;
 
@@ -271,12 +271,33 @@ impl From<std::io::Error> for Unfit {
     }
 }
 
+/// A table's Bloom filter, checked against its CRC.
+#[derive(Debug)]
+pub(crate) struct Filter {
+    words: Vec<u64>,
+    blocks: u64,
+}
+
+impl Filter {
+    /// Whether the UID of hash `h` may be in the table (false: surely not).
+    pub fn may_hold(&self, h: u64) -> bool {
+        let (block, bits) = filter_bits(h, self.blocks);
+        let Ok(block) = usize::try_from(block) else {
+            return false;
+        };
+        let block = &self.words[block * (BLOCK / 8)..(block + 1) * (BLOCK / 8)];
+        bits.iter().fold(true, |all, &bit| {
+            all & (block[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
+        })
+    }
+}
+
 /// A loaded table: the open file, its header and its filter.
 #[derive(Debug)]
 pub(crate) struct Table {
     file: File,
     header: Header,
-    filter: Vec<u64>,
+    filter: Arc<Filter>,
 }
 
 impl Table {
@@ -294,33 +315,28 @@ impl Table {
         if crc32c::crc32c(&bytes) != header.filter_crc {
             return Err(Unfit::Damaged("filter checksum".to_owned()));
         }
-        let filter = bytes
+        let words = bytes
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
             .collect();
         Ok(Self {
             file,
+            filter: Arc::new(Filter {
+                words,
+                blocks: header.blocks,
+            }),
             header,
-            filter,
-        })
-    }
-
-    /// Whether `uid` may be in the table (false: surely not).
-    fn may_hold(&self, h: u64) -> bool {
-        let (block, bits) = filter_bits(h, self.header.blocks);
-        let Ok(block) = usize::try_from(block) else {
-            return false;
-        };
-        bits.iter().all(|&bit| {
-            let word = self.filter[block * (BLOCK / 8) + (bit / 64) as usize];
-            word & (1 << (bit % 64)) != 0
         })
     }
 
     /// Offsets of `uid` in the table, ascending.
     pub fn get(&self, uid: &[u8]) -> Result<Vec<u64>, Unfit> {
-        let h = hash(uid);
-        if !self.may_hold(h) {
+        self.get_hashed(uid, hash(uid))
+    }
+
+    /// [`Table::get`] of a UID whose [`hash`] is `h`.
+    pub fn get_hashed(&self, uid: &[u8], h: u64) -> Result<Vec<u64>, Unfit> {
+        if !self.filter.may_hold(h) {
             return Ok(Vec::new());
         }
         let mut page = scale(h, self.header.pages);
@@ -496,6 +512,11 @@ pub(crate) struct SealedUids {
     writable: bool,
     index_interval: u64,
     state: RwLock<State>,
+    /// The loaded table's filter, read without a lock: most lookups of a
+    /// partition with many segments end here, and a locked instruction per
+    /// segment would serialize their cache misses. A rebuilt table has the
+    /// same filter (the same UIDs, encoded alike).
+    filter: OnceLock<Arc<Filter>>,
 }
 
 #[derive(Debug)]
@@ -523,17 +544,23 @@ impl SealedUids {
             writable: !options.read_only,
             index_interval: options.index_interval_bytes,
             state: RwLock::new(State::Unloaded),
+            filter: OnceLock::new(),
         }
     }
 
-    /// Every offset of `uid` in the segment, ascending.
-    pub fn get(&self, uid: &str) -> Result<Vec<u64>, BusError> {
+    /// Every offset of `uid` (of [`hash`] `h`) in the segment, ascending.
+    pub fn get(&self, uid: &str, h: u64) -> Result<Vec<u64>, BusError> {
+        if let Some(filter) = self.filter.get()
+            && !filter.may_hold(h)
+        {
+            return Ok(Vec::new());
+        }
         for _ in 0..3 {
             let why = {
                 let state = read(&self.state);
                 match &*state {
                     State::Memory(index, _) => return Ok(index.all(uid)),
-                    State::Table(table) => match table.get(uid.as_bytes()) {
+                    State::Table(table) => match table.get_hashed(uid.as_bytes(), h) {
                         Ok(found) => return Ok(found),
                         Err(Unfit::Io(error)) => return Err(error.into()),
                         Err(Unfit::Damaged(why)) => Some(why),
@@ -549,6 +576,9 @@ impl SealedUids {
                     *state = self.rebuild(&why)?;
                 }
                 _ => {}
+            }
+            if let State::Table(table) = &*state {
+                let _ = self.filter.set(Arc::clone(&table.filter));
             }
         }
         Err(BusError::Backend(format!(
