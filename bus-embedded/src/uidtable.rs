@@ -12,8 +12,10 @@
 //! is missing, cut, damaged or stale is rebuilt from the segment.
 //!
 //! ```text
-//! header  64 bytes: "BUT1", page size u32, base, end, log_len, count,
-//!         pages, filter blocks (u64 each), filter CRC u32, header CRC u32
+//! header  72 bytes: "BUT1", page size u32, base, end, log_len, count,
+//!         pages, filter blocks, home pages (u64 each: the first `home
+//!         pages` are where UIDs' home pages are picked; pages past them
+//!         hold only what overflowed), filter CRC u32, header CRC u32
 //! filter  filter blocks × 64 bytes
 //! pages   pages × page size: CRC u32 (of the rest of the page), flags u8
 //!         (bit 0: a UID whose home is this page or an earlier one went
@@ -39,7 +41,7 @@ use crate::segment::{self, LOG, UIDS};
 
 const MAGIC: &[u8; 4] = b"BUT1";
 /// Header bytes.
-pub(crate) const HEADER: usize = 64;
+pub(crate) const HEADER: usize = 72;
 /// Bytes before a page's entries.
 const PAGE_HEAD: usize = 8;
 /// Bytes of an entry besides its UID.
@@ -95,6 +97,8 @@ pub(crate) struct Header {
     pub log_len: u64,
     pub count: u64,
     pub pages: u64,
+    /// Pages a UID's home is picked among (the first ones).
+    pub home_pages: u64,
     pub blocks: u64,
     filter_crc: u32,
 }
@@ -131,42 +135,27 @@ pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) 
     let payload = page_size - PAGE_HEAD;
     let bytes: usize = uids.iter().map(|(u, _)| u.len() + ENTRY_EXTRA).sum();
     let pages = (bytes * 100).div_ceil(payload * FILL_PERCENT).max(1);
-    let pages_u64 = pages as u64;
     let blocks = (uids.len() * BITS_PER_UID).div_ceil(BLOCK * 8).max(1);
     let mut filter = vec![0u8; blocks * BLOCK];
-    // (home page, position in `uids`), so equal UIDs keep log order.
-    let mut order: Vec<(u64, usize)> = Vec::with_capacity(uids.len());
-    for (i, (uid, _)) in uids.iter().enumerate() {
-        let h = hash(uid.as_bytes());
+    let hashes: Vec<u64> = uids.iter().map(|(uid, _)| hash(uid.as_bytes())).collect();
+    for &h in &hashes {
         let (block, bits) = filter_bits(h, blocks as u64);
         let block = usize::try_from(block).ok()? * BLOCK;
         for bit in bits {
             let bit = bit as usize;
             filter[block + bit / 8] |= 1 << (bit % 8);
         }
-        order.push((scale(h, pages_u64), i));
     }
+    // By home page (among the first `pages`; entries that do not fit go on
+    // to the next pages, appended past them if need be), then position in
+    // `uids`, so equal UIDs keep log order.
+    let mut order: Vec<(u64, usize)> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (scale(h, pages as u64), i))
+        .collect();
     order.sort_unstable();
-    // Page contents: (flags, entries, used bytes).
-    let mut laid: Vec<(u8, Vec<usize>, usize)> = vec![(0, Vec::new(), 0); pages];
-    let mut cur = 0usize;
-    for (home, i) in order {
-        let size = uids[i].0.len() + ENTRY_EXTRA;
-        let mut at = cur.max(usize::try_from(home).ok()?);
-        loop {
-            if at == laid.len() {
-                laid.push((0, Vec::new(), 0));
-            }
-            if laid[at].2 + size <= payload {
-                break;
-            }
-            laid[at].0 |= 1;
-            at += 1;
-        }
-        laid[at].1.push(i);
-        laid[at].2 += size;
-        cur = at;
-    }
+    let laid = lay_out(&order, uids, pages, payload)?;
     let header = Header {
         page_size,
         base,
@@ -174,6 +163,7 @@ pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) 
         log_len,
         count: uids.len() as u64,
         pages: laid.len() as u64,
+        home_pages: pages as u64,
         blocks: blocks as u64,
         filter_crc: crc32c::crc32c(&filter),
     };
@@ -199,6 +189,36 @@ pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) 
     Some(out)
 }
 
+/// Page contents `(flags, entries, used bytes)`: entries placed from their
+/// home page on, in `order`.
+fn lay_out(
+    order: &[(u64, usize)],
+    uids: &[(String, u64)],
+    pages: usize,
+    payload: usize,
+) -> Option<Vec<(u8, Vec<usize>, usize)>> {
+    let mut laid: Vec<(u8, Vec<usize>, usize)> = vec![(0, Vec::new(), 0); pages];
+    let mut cur = 0usize;
+    for &(home, i) in order {
+        let size = uids[i].0.len() + ENTRY_EXTRA;
+        let mut at = cur.max(usize::try_from(home).ok()?);
+        loop {
+            if at == laid.len() {
+                laid.push((0, Vec::new(), 0));
+            }
+            if laid[at].2 + size <= payload {
+                break;
+            }
+            laid[at].0 |= 1;
+            at += 1;
+        }
+        laid[at].1.push(i);
+        laid[at].2 += size;
+        cur = at;
+    }
+    Some(laid)
+}
+
 fn encode_header(header: &Header) -> [u8; HEADER] {
     let mut out = [0u8; HEADER];
     out[..4].copy_from_slice(MAGIC);
@@ -210,13 +230,14 @@ fn encode_header(header: &Header) -> [u8; HEADER] {
         header.count,
         header.pages,
         header.blocks,
+        header.home_pages,
     ];
     for (i, w) in words.iter().enumerate() {
         out[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
     }
-    out[56..60].copy_from_slice(&header.filter_crc.to_le_bytes());
-    let crc = crc32c::crc32c(&out[..60]);
-    out[60..64].copy_from_slice(&crc.to_le_bytes());
+    out[64..68].copy_from_slice(&header.filter_crc.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..68]);
+    out[68..72].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
@@ -230,7 +251,7 @@ pub(crate) fn decode_header(
     file_len: u64,
 ) -> Option<Header> {
     let bytes = bytes.get(..HEADER)?;
-    if !bytes.starts_with(MAGIC) || crc32c::crc32c(&bytes[..60]) != word32(bytes, 60)? {
+    if !bytes.starts_with(MAGIC) || crc32c::crc32c(&bytes[..68]) != word32(bytes, 68)? {
         return None;
     }
     let page_size = usize::try_from(word32(bytes, 4)?).ok()?;
@@ -242,11 +263,14 @@ pub(crate) fn decode_header(
         count: word(bytes, 32)?,
         pages: word(bytes, 40)?,
         blocks: word(bytes, 48)?,
-        filter_crc: word32(bytes, 56)?,
+        home_pages: word(bytes, 56)?,
+        filter_crc: word32(bytes, 64)?,
     };
     let fits = PAGE_SIZES.contains(&page_size)
         && (header.base, header.end, header.log_len) == (base, end, log_len)
         && header.pages > 0
+        && header.home_pages > 0
+        && header.home_pages <= header.pages
         && header.blocks > 0
         && header.count <= end - base
         && header.file_len() == Some(file_len);
@@ -339,7 +363,7 @@ impl Table {
         if !self.filter.may_hold(h) {
             return Ok(Vec::new());
         }
-        let mut page = scale(h, self.header.pages);
+        let mut page = scale(h, self.header.home_pages);
         let mut buf = [0u8; 4096];
         let buf = &mut buf[..self.header.page_size];
         let mut found = Vec::new();
@@ -452,6 +476,29 @@ mod tests {
             .count();
         assert_eq!(absent, 0);
         assert_eq!(t.entries().unwrap().len(), uids.len());
+    }
+
+    #[test]
+    fn entries_that_overflow_the_last_home_page_are_found() {
+        // A UID stored many times (written around the bus) whose home is
+        // the last page: its copies run past it, into appended pages.
+        let uid = (0..)
+            .map(|i| format!("x{i}"))
+            .find(|u| hash(u.as_bytes()) > u64::MAX / 100 * 99)
+            .unwrap();
+        let mut uids: Vec<(String, u64)> = (0..300u64).map(|i| (uid.clone(), i)).collect();
+        uids.extend((300..400u64).map(|i| (format!("y{i}"), i)));
+        let bytes = encode(0, 400, 1, &uids).unwrap();
+        let t = table(&bytes, 0, 400, 1).unwrap();
+        assert!(t.header.pages > t.header.home_pages);
+        assert_eq!(
+            t.get(uid.as_bytes()).unwrap(),
+            (0..300).collect::<Vec<u64>>()
+        );
+        for i in 300..400u64 {
+            assert_eq!(t.get(format!("y{i}").as_bytes()).unwrap(), vec![i]);
+        }
+        assert_eq!(t.entries().unwrap().len(), 400);
     }
 
     #[test]
@@ -588,7 +635,7 @@ impl SealedUids {
     }
 
     /// Whether the table file's header fits the segment (a cheap check
-    /// at open: 64 bytes).
+    /// at open: 72 bytes).
     pub fn header_fits(&self) -> bool {
         let Ok(file) = File::open(&self.table_path) else {
             return false;

@@ -170,8 +170,8 @@ fn a_flipped_byte_anywhere_in_a_table_is_detected() {
     let originals = read_all_tables(&tables);
     let len = originals[0].len() as u64;
     // Every byte of the header, then a spread over the filter and pages.
-    let mut spots: Vec<u64> = (0..64).collect();
-    spots.extend((64..len).step_by(37));
+    let mut spots: Vec<u64> = (0..72).collect();
+    spots.extend((72..len).step_by(37));
     spots.push(len - 1);
     for at in spots {
         flip(&tables[0], at);
@@ -191,7 +191,7 @@ fn a_table_damaged_while_the_bus_is_open_is_rebuilt_on_the_next_lookup() {
     check_bus(&bus, "before damage");
     // Every page of every table, after the bus has loaded them.
     for (table, original) in tables.iter().zip(&originals) {
-        for at in (64..original.len() as u64).step_by(97) {
+        for at in (72..original.len() as u64).step_by(97) {
             flip(table, at);
         }
     }
@@ -232,8 +232,8 @@ fn stale_tables_are_not_trusted() {
     let mut short = originals[2].clone();
     let end = u64::from_le_bytes(short[16..24].try_into().unwrap());
     short[16..24].copy_from_slice(&(end - 1).to_le_bytes());
-    let crc = crc32c(&short[..60]);
-    short[60..64].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32c(&short[..68]);
+    short[68..72].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&tables[2], &short).unwrap();
     assert_all_answers(dir.path(), &tables, Some(&originals), "older table");
 }

@@ -22,7 +22,8 @@ enum Input {
         probes: Vec<String>,
         bytes: Vec<u8>,
     },
-    /// A table encoded from these UIDs (offsets taken modulo the segment).
+    /// A table encoded from these UIDs (offsets taken modulo the segment,
+    /// one UID per offset).
     Encoded {
         base: u32,
         span: u16,
@@ -58,15 +59,15 @@ fuzz_target!(|data: &[u8]| {
             probes,
             mut bytes,
         } => {
-            if fix_header_crc && bytes.len() >= 64 {
-                let crc = crc32c::crc32c(&bytes[..60]);
-                bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+            if fix_header_crc && bytes.len() >= 72 {
+                let crc = crc32c::crc32c(&bytes[..68]);
+                bytes[68..72].copy_from_slice(&crc.to_le_bytes());
             }
             let (base, end, log_len) = (word(&bytes, 8), word(&bytes, 16), word(&bytes, 24));
-            if fix_page_crc && bytes.len() >= 64 {
+            if fix_page_crc && bytes.len() >= 72 {
                 // The first page, wherever the header puts it.
                 let page = u32::from_le_bytes(bytes[4..8].try_into().unwrap_or_default());
-                let at = 64usize.saturating_add(
+                let at = 72usize.saturating_add(
                     usize::try_from(word(&bytes, 48).saturating_mul(64)).unwrap_or(usize::MAX),
                 );
                 let page_end = at.saturating_add(page as usize);
@@ -114,7 +115,9 @@ fuzz_target!(|data: &[u8]| {
                 .into_iter()
                 .map(|(u, o)| (u, base + u64::from(o) % span))
                 .collect();
+            // A record has one UID at most, so an offset appears once.
             uids.sort_by_key(|&(_, o)| o);
+            uids.dedup_by_key(|(_, o)| *o);
             let Some(bytes) = encode_uid_table(base, end, 4242, &uids) else {
                 assert!(uids.iter().any(|(u, _)| u.len() > 4000));
                 return;
