@@ -719,11 +719,11 @@ impl SealedUids {
         let end = self.end;
         let mut uids = scan.uids;
         uids.retain(|&(_, offset)| offset < end);
-        self.from_uids(uids)
+        self.state_of(uids)
     }
 
     /// Writes the table of `uids` (when writable) and loads it.
-    fn from_uids(&self, uids: Vec<(String, u64)>) -> Result<State, BusError> {
+    fn state_of(&self, uids: Vec<(String, u64)>) -> Result<State, BusError> {
         if self.writable
             && let Some(bytes) = encode(self.base, self.end, self.log_len, &uids)
         {
@@ -749,7 +749,7 @@ impl SealedUids {
 
     /// Writes the table from `uids` now (at seal, or after a scan at open).
     pub fn store(self, uids: Vec<(String, u64)>) -> Result<Self, BusError> {
-        let state = self.from_uids(uids)?;
+        let state = self.state_of(uids)?;
         *write(&self.state) = state;
         Ok(self)
     }
