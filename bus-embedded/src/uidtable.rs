@@ -608,7 +608,13 @@ impl SealedUids {
                 match &*state {
                     State::Memory(index, _) => return Ok(index.all(uid)),
                     State::Table(table) => match table.get_hashed(uid.as_bytes(), h) {
-                        Ok(found) => return Ok(found),
+                        Ok(found) => {
+                            // From now on absent UIDs are answered without the lock.
+                            if self.filter.get().is_none() {
+                                let _ = self.filter.set(Arc::clone(&table.filter));
+                            }
+                            return Ok(found);
+                        }
                         Err(Unfit::Io(error)) => return Err(error.into()),
                         Err(Unfit::Damaged(why)) => Some(why),
                     },
