@@ -10,13 +10,14 @@ use bus_core::auth::{RecordAuth, RecordParts, TagFault};
 use bus_core::{BusError, StoredEvent};
 
 use crate::frame::RecordRef;
-use crate::partition::Partition;
+use crate::partition::{Partition, lock};
 use crate::segment::{self, FrameReader};
 
 /// Where one read of a segment starts.
 struct Snapshot {
     /// Offset actually read from (at or past the log start).
     from: u64,
+    base: u64,
     path: PathBuf,
     file: Option<Arc<File>>,
     entry: (u64, u64),
@@ -32,10 +33,29 @@ impl Partition {
         uid: &str,
         auth: Option<&RecordAuth>,
     ) -> Result<Option<u64>, BusError> {
+        let h = crate::uidtable::hash(uid.as_bytes());
         let Some(auth) = auth else {
-            return Ok(self.reader().uids.first(uid));
+            let read = self.reader();
+            for segment in &read.segments {
+                if let Some(uids) = &segment.uids
+                    && let Some(&first) = uids.get(uid, h)?.first()
+                {
+                    return Ok(Some(first));
+                }
+            }
+            return Ok(read.uids.first(uid));
         };
-        let candidates = self.reader().uids.all(uid);
+        let candidates = {
+            let read = self.reader();
+            let mut all = Vec::new();
+            for segment in &read.segments {
+                if let Some(uids) = &segment.uids {
+                    all.extend(uids.get(uid, h)?);
+                }
+            }
+            all.extend(read.uids.all(uid));
+            all
+        };
         for offset in candidates {
             if self.authentic(offset, uid, auth)? {
                 return Ok(Some(offset));
@@ -50,13 +70,10 @@ impl Partition {
         let Some(snapshot) = self.locate(offset).filter(|s| s.from == offset) else {
             return Ok(false);
         };
-        let file = match &snapshot.file {
-            Some(file) => Arc::clone(file),
-            None => match File::open(&snapshot.path) {
-                Ok(file) => Arc::new(file),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-                Err(error) => return Err(error.into()),
-            },
+        let file = match self.segment_file(&snapshot) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error.into()),
         };
         let mut reader = FrameReader::new(&file, snapshot.entry.1, snapshot.len);
         while let Some(Ok(frame)) = reader.next_frame()? {
@@ -114,6 +131,31 @@ impl Partition {
         Ok(out)
     }
 
+    /// The open file of the snapshot's segment: the active one's, or a
+    /// sealed one's from the cache (opened and cached on a miss).
+    fn segment_file(&self, snapshot: &Snapshot) -> std::io::Result<Arc<File>> {
+        if let Some(file) = &snapshot.file {
+            return Ok(Arc::clone(file));
+        }
+        if let Some(file) = lock(&self.sealed_files).get(snapshot.base) {
+            return Ok(file);
+        }
+        let file = Arc::new(File::open(&snapshot.path)?);
+        // Retention may have dropped the segment since the snapshot (its
+        // file can outlive the listing briefly): cache only a listed one,
+        // checked under the read lock that retention takes to drop it.
+        let read = self.reader();
+        if read
+            .segments
+            .first()
+            .is_some_and(|first| first.base <= snapshot.base)
+        {
+            lock(&self.sealed_files).put(snapshot.base, Arc::clone(&file));
+        }
+        drop(read);
+        Ok(file)
+    }
+
     fn locate(&self, offset: u64) -> Option<Snapshot> {
         let read = self.reader();
         let first = read.segments.first()?;
@@ -124,6 +166,7 @@ impl Partition {
             .find(|s| s.index.end > from)?;
         Some(Snapshot {
             from,
+            base: segment.base,
             path: segment.path.clone(),
             file: segment.file.clone(),
             entry: segment.index.floor(from),
@@ -140,16 +183,13 @@ impl Partition {
         auth: Option<&RecordAuth>,
         out: &mut Vec<StoredEvent>,
     ) -> Result<u64, ReadError> {
-        let file = match &snapshot.file {
-            Some(file) => Arc::clone(file),
-            None => match File::open(&snapshot.path) {
-                Ok(file) => Arc::new(file),
-                // Retention may have deleted it since the snapshot: look again.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(ReadError::Retry);
-                }
-                Err(error) => return Err(BusError::Io(error).into()),
-            },
+        let file = match self.segment_file(snapshot) {
+            Ok(file) => file,
+            // Retention may have deleted it since the snapshot: look again.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ReadError::Retry);
+            }
+            Err(error) => return Err(BusError::Io(error).into()),
         };
         let (mut expected, pos) = snapshot.entry;
         let from = snapshot.from;

@@ -297,3 +297,38 @@ impl FuzzUidIndex {
         self.0.retain_from(start);
     }
 }
+
+/// Encodes the UID table of the segment `base..end` of `log_len` bytes
+/// (`None`: a UID too long for a page).
+pub fn encode_uid_table(
+    base: u64,
+    end: u64,
+    log_len: u64,
+    uids: &[(String, u64)],
+) -> Option<Vec<u8>> {
+    crate::uidtable::encode(base, end, log_len, uids)
+}
+
+/// A loaded UID table (see `uidtable::Table`).
+#[derive(Debug)]
+pub struct FuzzUidTable(crate::uidtable::Table);
+
+impl FuzzUidTable {
+    /// Loads the table in `file` for the segment `base..end` of `log_len`
+    /// bytes; `None` when its header or filter is refused.
+    pub fn load(file: File, base: u64, end: u64, log_len: u64) -> Option<Self> {
+        crate::uidtable::Table::load(file, base, end, log_len)
+            .ok()
+            .map(Self)
+    }
+
+    /// Offsets of `uid`, ascending; `None` when a page read is refused.
+    pub fn get(&self, uid: &[u8]) -> Option<Vec<u64>> {
+        self.0.get(uid).ok()
+    }
+
+    /// Every entry in offset order; `None` when a page is refused.
+    pub fn entries(&self) -> Option<Vec<(String, u64)>> {
+        self.0.entries().ok()
+    }
+}

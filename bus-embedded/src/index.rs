@@ -48,10 +48,6 @@ pub(crate) struct UidIndex {
 }
 
 impl UidIndex {
-    pub fn reserve(&mut self, additional: usize) {
-        self.first.reserve(additional);
-    }
-
     /// Records that `uid` is (also) stored at `offset`, which follows
     /// every offset already recorded for it.
     pub fn push(&mut self, uid: String, offset: u64) {
@@ -170,7 +166,9 @@ pub(crate) fn decode_index(bytes: &[u8], base: u64, log_len: u64) -> Option<Segm
     })
 }
 
-/// Encodes the UID file of a sealed segment.
+/// Encodes a UID list in the format written before UID tables (see
+/// `uidtable`), which are read from it once.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn encode_uids(base: u64, end: u64, uids: &[(String, u64)]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(UID_MAGIC);

@@ -30,7 +30,9 @@
 //! DIR/topics/<name>/topic.json               the provisioned TopicSpec
 //! DIR/topics/<name>/p0000/<base:020>.log     segment; the name is its first offset
 //! DIR/topics/<name>/p0000/<base:020>.idx     sparse index of a sealed segment
-//! DIR/topics/<name>/p0000/<base:020>.uids    UIDs of a sealed segment
+//! DIR/topics/<name>/p0000/<base:020>.uids    UID table of a sealed segment (`uidtable`)
+//! DIR/topics/<name>/p0000/<base:020>.cidx    the active segment's index at a clean close
+//! DIR/topics/<name>/p0000/<base:020>.cuids   the active segment's UID table at a clean close
 //! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
 //! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```
@@ -53,6 +55,7 @@ mod segment;
 mod subscribe;
 mod topic;
 mod uidmap;
+mod uidtable;
 mod watch;
 
 #[doc(hidden)]

@@ -48,9 +48,62 @@ pub(crate) struct SegmentMeta {
     pub base: u64,
     pub path: PathBuf,
     pub index: SegmentIndex,
-    /// The open file of the active segment; sealed ones are opened per read
-    /// so the number of descriptors stays one per partition.
+    /// The open file of the active segment; sealed ones are opened on
+    /// their first read and kept in the partition's [`FileCache`].
     pub file: Option<Arc<File>>,
+    /// A sealed segment's UIDs (on disk); `None` for the active segment
+    /// and in read-only opens, whose UIDs are in [`ReadState::uids`].
+    pub uids: Option<Arc<crate::uidtable::SealedUids>>,
+}
+
+/// Sealed segments' files kept open after a read, at most [`FileCache::CAP`]
+/// per partition (the least recently read is closed first): opening the
+/// file cost more than the read itself in `fetch(random, 1)` (a path walk
+/// and a descriptor per call).
+#[derive(Debug, Default)]
+pub(crate) struct FileCache {
+    /// `(segment base, file, last use)`.
+    files: Vec<(u64, Arc<File>, u64)>,
+    clock: u64,
+}
+
+impl FileCache {
+    /// Descriptors a partition keeps for its sealed segments.
+    pub const CAP: usize = 8;
+
+    /// The cached file of the segment at `base`.
+    pub fn get(&mut self, base: u64) -> Option<Arc<File>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.files
+            .iter_mut()
+            .find(|(b, _, _)| *b == base)
+            .map(|(_, file, used)| {
+                *used = clock;
+                Arc::clone(file)
+            })
+    }
+
+    /// Keeps `file` for the segment at `base`, closing the least recently
+    /// used one when full.
+    pub fn put(&mut self, base: u64, file: Arc<File>) {
+        self.clock += 1;
+        if let Some(entry) = self.files.iter_mut().find(|(b, _, _)| *b == base) {
+            *entry = (base, file, self.clock);
+            return;
+        }
+        if self.files.len() >= Self::CAP
+            && let Some(oldest) = (0..self.files.len()).min_by_key(|&i| self.files[i].2)
+        {
+            self.files.swap_remove(oldest);
+        }
+        self.files.push((base, file, self.clock));
+    }
+
+    /// Closes the files of segments below `start` (deleted by retention).
+    pub fn retain_from(&mut self, start: u64) {
+        self.files.retain(|(base, _, _)| *base >= start);
+    }
 }
 
 /// What fetch and lookups read, changed only by durable writes and retention.
@@ -58,7 +111,8 @@ pub(crate) struct SegmentMeta {
 pub(crate) struct ReadState {
     /// Ascending; the last one is the active segment.
     pub segments: Vec<SegmentMeta>,
-    /// UID → offsets of every retained record with a UID.
+    /// UID → offsets of the records with a UID that are not in a sealed
+    /// segment's table: the active segment's (and, read-only, all).
     pub uids: UidIndex,
 }
 
@@ -74,6 +128,12 @@ pub(crate) struct WriterState {
     pub last_indexed: Option<u64>,
     /// `(uid, offset)` of the active segment, persisted when it is sealed.
     pub active_uids: Vec<(String, u64)>,
+    /// The UIDs of the active segment's first bytes, when open took them
+    /// from the table written at a clean close (not in `active_uids`).
+    pub active_prefix: Option<Arc<crate::uidtable::SealedUids>>,
+    /// Bytes of the active segment its hint files on disk cover (written
+    /// at a clean close), if any.
+    pub hinted_len: Option<u64>,
     /// Set by a failed write or fsync; the partition refuses writes until reopen.
     pub poisoned: Option<String>,
     /// Bytes written but not yet fsynced ([`Durability::Interval`]).
@@ -204,6 +264,8 @@ pub(crate) struct Partition {
     pub(crate) read: RwLock<ReadState>,
     /// Where readers in other processes learn what is acked (`acked`).
     pub(crate) acked: OnceLock<AckedEnd>,
+    /// Open files of recently read sealed segments.
+    pub(crate) sealed_files: Mutex<FileCache>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -232,6 +294,7 @@ impl Partition {
             writer: Mutex::new(writer),
             read: RwLock::new(read),
             acked: OnceLock::new(),
+            sealed_files: Mutex::default(),
         }
     }
 
@@ -624,6 +687,13 @@ impl Drop for Partition {
     /// whole log as known complete: a closed segment found shorter on the
     /// next open is damage, not a torn tail.
     fn drop(&mut self) {
+        let active_index = self
+            .read
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .segments
+            .last()
+            .map(|s| s.index.clone());
         let writer = self
             .writer
             .get_mut()
@@ -655,7 +725,48 @@ impl Drop for Partition {
                 ),
             }
         }
+        // The active segment's index and UID table as of this close, so
+        // the next open reads them instead of every frame (they name the
+        // bytes they cover, and are used only while those are all of the
+        // segment and the recovery point says so).
+        if writer.recovery_point == writer.durable_point()
+            && writer.hinted_len != Some(writer.pos)
+            && let Err(error) = store_active_hints(&self.dir, active_index, writer)
+        {
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.id,
+                %error,
+                "active segment's index not saved at close (the next open reads the segment)"
+            );
+        }
     }
+}
+
+/// Writes the active segment's index and UID table as of a clean close.
+fn store_active_hints(
+    dir: &std::path::Path,
+    index: Option<SegmentIndex>,
+    writer: &WriterState,
+) -> Result<(), BusError> {
+    let Some(index) = index.filter(|i| i.len == writer.pos && i.end == writer.next) else {
+        return Ok(());
+    };
+    let mut uids = match &writer.active_prefix {
+        Some(prefix) => prefix.entries()?,
+        None => Vec::new(),
+    };
+    uids.extend(writer.active_uids.iter().cloned());
+    let Some(table) = crate::uidtable::encode(writer.base, index.end, index.len, &uids) else {
+        return Ok(());
+    };
+    let path = |ext| crate::segment::path(dir, writer.base, ext);
+    crate::fsutil::write_atomic(
+        &path(crate::segment::CLOSED_IDX),
+        &crate::index::encode_index(writer.base, &index),
+    )?;
+    crate::fsutil::write_atomic(&path(crate::segment::CLOSED_UIDS), &table)?;
+    Ok(())
 }
 
 enum WriteError {

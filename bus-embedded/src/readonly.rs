@@ -17,6 +17,7 @@ use crate::index::{self, SegmentIndex};
 use crate::options::Options;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState, lock};
 use crate::segment::{self, FrameReader, IDX, LOG, UIDS};
+use crate::uidtable::Table;
 
 /// Why a read-only partition's writer state refuses every append.
 const READ_ONLY: &str = "write: the bus was opened read-only";
@@ -38,6 +39,8 @@ pub(crate) fn open_partition(
         next: 0,
         last_indexed: None,
         active_uids: Vec::new(),
+        active_prefix: None,
+        hinted_len: None,
         poisoned: Some(READ_ONLY.to_owned()),
         dirty: false,
         allocated: 0,
@@ -231,11 +234,17 @@ fn load_sealed(
     let log_len = file.metadata()?.len();
     let index = index::read_hint(&segment::path(dir, base, IDX))
         .and_then(|bytes| index::decode_index(&bytes, base, log_len));
-    if let Some(index) = index
-        && let Some(uids) = index::read_hint(&segment::path(dir, base, UIDS))
-            .and_then(|bytes| index::decode_uids(&bytes, base, index.end))
-    {
-        return Ok((index, uids));
+    if let Some(index) = index {
+        let path = segment::path(dir, base, UIDS);
+        let table = File::open(&path)
+            .ok()
+            .and_then(|file| Table::load(file, base, index.end, index.len).ok())
+            .and_then(|table| table.entries().ok());
+        if let Some(uids) = table.or_else(|| {
+            index::read_hint(&path).and_then(|bytes| index::decode_uids(&bytes, base, index.end))
+        }) {
+            return Ok((index, uids));
+        }
     }
     let path = segment::path(dir, base, LOG);
     let tail = read_tail(
@@ -352,6 +361,7 @@ impl Partition {
         read.segments.retain(|s| s.base >= oldest);
         if read.segments.len() != before {
             read.uids.retain_from(oldest);
+            lock(&self.sealed_files).retain_from(oldest);
         }
         let known = read.segments.last().map(|s| s.base);
         if let Some(active) = read.segments.last_mut() {
@@ -407,6 +417,7 @@ impl Partition {
                 path,
                 index,
                 file: (base == newest).then(|| Arc::new(file)),
+                uids: None,
             });
         }
         Ok(())

@@ -15,7 +15,8 @@ use crate::fsutil;
 use crate::index::{self, SegmentIndex};
 use crate::options::Options;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
-use crate::segment::{self, IDX, LOG, Scan, UIDS};
+use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, Scan, UIDS};
+use crate::uidtable::SealedUids;
 
 fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> BusError {
     BusError::Corrupt {
@@ -59,9 +60,10 @@ pub(crate) fn open_partition(
             ));
         }
         let (index, uids) = if i == last {
-            (SegmentIndex::default(), Vec::new())
+            (SegmentIndex::default(), None)
         } else {
-            load_sealed(&dir, base, &path, options)?
+            let (index, uids) = load_sealed(&dir, base, &path, options)?;
+            (index, Some(Arc::new(uids)))
         };
         if let Some(point) = point
             && point.base == base
@@ -78,15 +80,12 @@ pub(crate) fn open_partition(
             ));
         }
         expected = Some(if i == last { base } else { index.end });
-        read.uids.reserve(uids.len());
-        for (uid, offset) in uids {
-            read.uids.push(uid, offset);
-        }
         read.segments.push(SegmentMeta {
             base,
             path,
             index,
             file: None,
+            uids,
         });
     }
     if let Some(point) = point
@@ -99,6 +98,45 @@ pub(crate) fn open_partition(
     let known = point.filter(|p| p.base == base);
     let path = segment::path(&dir, base, LOG);
     let file = fsutil::open_rw(&path, false)?;
+    // Stale hints of the active segment (a roll that did not finish) are
+    // rewritten when it is sealed.
+    remove_hints(&dir, base, &[IDX, UIDS])?;
+    if let Some(known) = known
+        && let Some((index, uids)) = closed_cleanly(&dir, base, &file, known, options)?
+    {
+        // As below: the bytes become visible only once surely durable (a
+        // clean close synced them; this costs little then).
+        options.files.sync_recovered(&file)?;
+        let uids = Arc::new(uids);
+        let file = Arc::new(file);
+        let writer = WriterState {
+            file: Arc::clone(&file),
+            base,
+            pos: known.len,
+            next: known.next,
+            last_indexed: index.entries.last().map(|&(_, pos)| pos),
+            active_uids: Vec::new(),
+            active_prefix: Some(Arc::clone(&uids)),
+            hinted_len: Some(known.len),
+            poisoned: None,
+            dirty: false,
+            allocated: known.len,
+            recovery_point: point,
+        };
+        if let Some(active) = read.segments.last_mut() {
+            active.index = index;
+            active.file = Some(file);
+            active.uids = Some(uids);
+        }
+        return Ok(Partition::new(
+            topic.to_owned(),
+            id,
+            dir,
+            options.clone(),
+            writer,
+            read,
+        ));
+    }
     let scan = segment::scan_to_mark(
         &file,
         base,
@@ -172,14 +210,8 @@ pub(crate) fn open_partition(
     // What a killed writer left in the page cache but never fsynced must be
     // durable before it becomes visible (and dedup answers for it).
     options.files.sync_recovered(&file)?;
-    // Stale hints of the active segment (a roll that did not finish) are
-    // rewritten when it is sealed.
-    for ext in [IDX, UIDS] {
-        let hint = segment::path(&dir, base, ext);
-        if hint.exists() {
-            std::fs::remove_file(hint)?;
-        }
-    }
+    // The hints of a clean close no longer describe the segment.
+    remove_hints(&dir, base, &[CLOSED_IDX, CLOSED_UIDS])?;
     // What recovery verified and synced is now known complete.
     let recovered = RecoveryPoint {
         base,
@@ -200,6 +232,8 @@ pub(crate) fn open_partition(
         next: scan.end,
         last_indexed: scan.index.last().map(|&(_, pos)| pos),
         active_uids: scan.uids.clone(),
+        active_prefix: None,
+        hinted_len: None,
         poisoned: None,
         dirty: false,
         allocated: scan.valid_len,
@@ -208,6 +242,7 @@ pub(crate) fn open_partition(
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);
         active.file = Some(file);
+        active.uids = None;
     }
     Ok(Partition::new(
         topic.to_owned(),
@@ -217,6 +252,55 @@ pub(crate) fn open_partition(
         writer,
         read,
     ))
+}
+
+/// After a clean close: the active segment's index and UIDs from the hint
+/// files the close wrote, when they cover exactly the bytes the recovery
+/// point knows complete and the segment has no others. Only the frames
+/// from the last index entry on are read (the end of the segment, where a
+/// cut or a torn write would show); the rest is verified as it is read.
+fn closed_cleanly(
+    dir: &Path,
+    base: u64,
+    file: &File,
+    known: RecoveryPoint,
+    options: &Options,
+) -> Result<Option<(SegmentIndex, SealedUids)>, BusError> {
+    if file.metadata()?.len() != known.len {
+        return Ok(None);
+    }
+    let Some(index) = index::read_hint(&segment::path(dir, base, CLOSED_IDX))
+        .and_then(|b| index::decode_index(&b, base, known.len))
+        .filter(|index| index.end == known.next)
+    else {
+        return Ok(None);
+    };
+    let uids = SealedUids::at(dir, base, known.next, known.len, options, CLOSED_UIDS);
+    if !uids.header_fits() {
+        return Ok(None);
+    }
+    let (mut expected, pos) = index.entries.last().copied().unwrap_or((base, 0));
+    let mut reader = segment::FrameReader::new(file, pos, known.len);
+    loop {
+        match reader.next_frame()? {
+            Some(Ok(frame)) if frame.base == expected && frame.count > 0 => {
+                expected = frame.end();
+            }
+            Some(_) => return Ok(None),
+            None => break,
+        }
+    }
+    Ok((expected == known.next).then_some((index, uids)))
+}
+
+fn remove_hints(dir: &Path, base: u64, exts: &[&str]) -> Result<(), BusError> {
+    for ext in exts {
+        let hint = segment::path(dir, base, ext);
+        if hint.exists() {
+            std::fs::remove_file(hint)?;
+        }
+    }
+    Ok(())
 }
 
 /// The segment a recovery point names is gone.
@@ -242,22 +326,30 @@ fn index_of(scan: &Scan) -> SegmentIndex {
 }
 
 /// A sealed segment's index and UIDs, from its hint files when they fit,
-/// else rebuilt from the segment (which must then verify completely).
+/// else rebuilt from the segment (which must then verify completely). Of
+/// the UID table only the header is read here (its filter and pages are
+/// checked when first read), so open reads a fixed amount per segment.
 fn load_sealed(
     dir: &Path,
     base: u64,
     path: &Path,
     options: &Options,
-) -> Result<(SegmentIndex, Vec<(String, u64)>), BusError> {
+) -> Result<(SegmentIndex, SealedUids), BusError> {
     let log_len = std::fs::metadata(path)?.len();
     let idx_path = segment::path(dir, base, IDX);
     let uids_path = segment::path(dir, base, UIDS);
     let index = index::read_hint(&idx_path).and_then(|b| index::decode_index(&b, base, log_len));
-    let uids = index.as_ref().and_then(|index| {
-        index::read_hint(&uids_path).and_then(|b| index::decode_uids(&b, base, index.end))
-    });
-    if let (Some(index), Some(uids)) = (index.clone(), uids) {
-        return Ok((index, uids));
+    if let Some(index) = &index {
+        let uids = SealedUids::new(dir, base, index.end, index.len, options);
+        if uids.header_fits() {
+            return Ok((index.clone(), uids));
+        }
+        // A UID list written before tables: turned into one, no scan.
+        if let Some(list) =
+            index::read_hint(&uids_path).and_then(|b| index::decode_uids(&b, base, index.end))
+        {
+            return Ok((index.clone(), uids.store(list)?));
+        }
     }
     let file = File::open(path)?;
     let scan = segment::scan(&file, base, options.index_interval_bytes)?;
@@ -276,8 +368,8 @@ fn load_sealed(
             rebuilt
         }
     };
-    fsutil::write_atomic(&uids_path, &index::encode_uids(base, index.end, &scan.uids))?;
-    Ok((index, scan.uids))
+    let uids = SealedUids::new(dir, base, index.end, index.len, options).store(scan.uids)?;
+    Ok((index, uids))
 }
 
 /// Creates an empty segment file and makes its name durable.

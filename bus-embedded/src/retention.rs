@@ -6,10 +6,11 @@ use std::sync::Arc;
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::index::{self, SegmentIndex};
+use crate::index::{self, SegmentIndex, UidIndex};
 use crate::partition::{Partition, SegmentMeta, WriterState, lock};
 use crate::recovery::create_segment;
-use crate::segment::{self, IDX, LOG, UIDS};
+use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, UIDS};
+use crate::uidtable::SealedUids;
 
 impl Partition {
     /// Rolls before a frame of `frame_len` bytes written at `now` when the
@@ -71,10 +72,13 @@ impl Partition {
                 .map_err(|e| format!("sealing segment {base}: {e}"))
         };
         seal(IDX, index::encode_index(base, &sealed))?;
-        seal(
-            UIDS,
-            index::encode_uids(base, sealed.end, &writer.active_uids),
-        )?;
+        let uids = SealedUids::new(&self.dir, base, sealed.end, sealed.len, &self.options)
+            .store(writer.sealed_uids()?)
+            .map_err(|e| format!("sealing segment {base}: {e}"))?;
+        // What a clean close left for the active segment is superseded.
+        for ext in [CLOSED_IDX, CLOSED_UIDS] {
+            let _ = std::fs::remove_file(segment::path(&self.dir, base, ext));
+        }
         let next = writer.next;
         let file = create_segment(&self.dir, next).map_err(|e| format!("roll: {e}"))?;
         let file = Arc::new(file);
@@ -82,7 +86,10 @@ impl Partition {
             let mut read = self.read_mut();
             if let Some(active) = read.segments.last_mut() {
                 active.file = None;
+                active.uids = Some(Arc::new(uids));
             }
+            // The sealed segment's UIDs are in its table now.
+            read.uids = UidIndex::default();
             read.segments.push(SegmentMeta {
                 base: next,
                 path: segment::path(&self.dir, next, LOG),
@@ -91,6 +98,7 @@ impl Partition {
                     ..SegmentIndex::default()
                 },
                 file: Some(Arc::clone(&file)),
+                uids: None,
             });
         }
         writer.file = file;
@@ -99,6 +107,7 @@ impl Partition {
         writer.allocated = 0;
         writer.last_indexed = None;
         writer.active_uids.clear();
+        writer.active_prefix = None;
         // The sealed segments are complete; so is the new one, empty.
         self.store_point(writer)
             .map_err(|e| format!("recovery point: {e}"))?;
@@ -140,6 +149,7 @@ impl Partition {
                 && !gone.is_empty()
             {
                 read.uids.retain_from(start);
+                lock(&self.sealed_files).retain_from(start);
             }
             gone
         };
@@ -150,7 +160,7 @@ impl Partition {
         // The deletions that did happen must persist even when one fails.
         let mut failed = None;
         for &(base, _) in &gone {
-            for ext in [LOG, IDX, UIDS] {
+            for ext in [LOG, IDX, UIDS, CLOSED_IDX, CLOSED_UIDS] {
                 match std::fs::remove_file(segment::path(&self.dir, base, ext)) {
                     Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
                         failed.get_or_insert(error);
@@ -179,5 +189,19 @@ impl Partition {
         }
         writer.dirty = false;
         Ok(())
+    }
+}
+
+impl WriterState {
+    /// Every `(uid, offset)` of the active segment, to seal it.
+    fn sealed_uids(&mut self) -> Result<Vec<(String, u64)>, String> {
+        let mut uids = match &self.active_prefix {
+            Some(prefix) => prefix
+                .entries()
+                .map_err(|e| format!("sealing segment {}: {e}", self.base))?,
+            None => Vec::new(),
+        };
+        uids.append(&mut self.active_uids);
+        Ok(uids)
     }
 }

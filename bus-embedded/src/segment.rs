@@ -12,7 +12,12 @@ use crate::frame::{self, Fault, Frame, PREFIX};
 pub(crate) const LOG: &str = "log";
 /// Extension of a sealed segment's sparse index.
 pub(crate) const IDX: &str = "idx";
-/// Extension of a sealed segment's UID index.
+/// Extensions of the active segment's index and UID table as of a clean
+/// close (used by the next open only while they cover the whole segment).
+pub(crate) const CLOSED_IDX: &str = "cidx";
+pub(crate) const CLOSED_UIDS: &str = "cuids";
+/// Extension of a sealed segment's UID table (see `uidtable`; files of
+/// the list format written before tables are read once and replaced).
 pub(crate) const UIDS: &str = "uids";
 
 /// `dir/<base>.<ext>`.

@@ -1,0 +1,772 @@
+//! The UID table of a sealed segment: its `(UID, offset)` pairs in a hash
+//! table of checksummed pages on disk (`<base>.uids`), read one page per
+//! lookup with `pread`, and a blocked Bloom filter held in memory (about
+//! 1.25 bytes per UID) that answers most absent UIDs without I/O. Memory
+//! per sealed segment is the filter alone, so it no longer grows with every
+//! retained UID (issue 15).
+//!
+//! The file is a hint, never trusted blindly: its header names the
+//! segment's base, end offset and byte length and carries a CRC, the
+//! filter has its own CRC (checked when the table is loaded, on its first
+//! lookup), and every page carries a CRC checked on each read. A file that
+//! is missing, cut, damaged or stale is rebuilt from the segment.
+//!
+//! ```text
+//! header  72 bytes: "BUT1", page size u32, base, end, log_len, count,
+//!         pages, filter blocks, home pages (u64 each: the first `home
+//!         pages` are where UIDs' home pages are picked; pages past them
+//!         hold only what overflowed), filter CRC u32, header CRC u32
+//! filter  filter blocks × 64 bytes
+//! pages   pages × page size: CRC u32 (of the rest of the page), flags u8
+//!         (bit 0: a UID whose home is this page or an earlier one went
+//!         further), entries u16, one zero byte, then entries
+//!         (UID length u16, UID bytes, offset u64) and zeros
+//! ```
+//!
+//! A UID's home page is picked by the top bits of [`hash`]; a lookup reads
+//! pages from there while they are flagged as overflowed. The format
+//! depends on that hash: changing it means a new magic.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use bus_core::BusError;
+
+use crate::fsutil;
+use crate::index::UidIndex;
+use crate::options::Options;
+use crate::segment::{self, LOG, UIDS};
+
+const MAGIC: &[u8; 4] = b"BUT1";
+/// Header bytes.
+pub(crate) const HEADER: usize = 72;
+/// Bytes before a page's entries.
+const PAGE_HEAD: usize = 8;
+/// Bytes of an entry besides its UID.
+const ENTRY_EXTRA: usize = 2 + 8;
+/// Filter block: one cache line.
+const BLOCK: usize = 64;
+/// Filter bits per UID (about 1% false positives with [`PROBES`]).
+const BITS_PER_UID: usize = 10;
+/// Bits set per UID, all in one block.
+const PROBES: u32 = 7;
+/// Pages are filled to about this share (percent), so few overflow.
+const FILL_PERCENT: usize = 70;
+/// Page sizes tried, smallest first: the smallest that holds the longest
+/// entry (a UID of up to `bus_core::MAX_UID_BYTES` fits the largest).
+const PAGE_SIZES: [usize; 3] = [512, 1024, 4096];
+
+/// FNV-1a, then a multiply-xorshift finish (as the in-memory map does).
+pub(crate) fn hash(uid: &[u8]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut fnv = fnv::FnvHasher::default();
+    fnv.write(uid);
+    let mut h = fnv.finish();
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h
+}
+
+/// `h` scaled to `0..n`.
+fn scale(h: u64, n: u64) -> u64 {
+    u64::try_from((u128::from(h) * u128::from(n)) >> 64).unwrap_or(0)
+}
+
+/// The filter block and the bits of `h` in it.
+fn filter_bits(h: u64, blocks: u64) -> (u64, [u32; PROBES as usize]) {
+    let block = scale(h, blocks);
+    let mut second = h ^ 0x9e37_79b9_7f4a_7c15;
+    second = second.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    second ^= second >> 29;
+    let mut bits = [0u32; PROBES as usize];
+    for (i, bit) in bits.iter_mut().enumerate() {
+        *bit = u32::try_from((second >> (9 * i)) & 511).unwrap_or(0);
+    }
+    (block, bits)
+}
+
+/// What the header of a table says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub page_size: usize,
+    pub base: u64,
+    pub end: u64,
+    pub log_len: u64,
+    pub count: u64,
+    pub pages: u64,
+    /// Pages a UID's home is picked among (the first ones).
+    pub home_pages: u64,
+    pub blocks: u64,
+    filter_crc: u32,
+}
+
+impl Header {
+    /// Bytes of the whole file.
+    fn file_len(&self) -> Option<u64> {
+        let filter = self.blocks.checked_mul(BLOCK as u64)?;
+        let pages = self.pages.checked_mul(self.page_size as u64)?;
+        (HEADER as u64).checked_add(filter)?.checked_add(pages)
+    }
+
+    fn page_at(&self, page: u64) -> u64 {
+        HEADER as u64 + self.blocks * BLOCK as u64 + page * self.page_size as u64
+    }
+}
+
+fn word(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn word32(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Encodes the table of a segment `base..end` of `log_len` bytes holding
+/// `uids` (in log order; a UID may repeat). `None` when a UID is too long
+/// for any page (only a foreign writer stores one): keep those in memory.
+pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) -> Option<Vec<u8>> {
+    let longest = uids.iter().map(|(u, _)| u.len()).max().unwrap_or(0);
+    let page_size = *PAGE_SIZES
+        .iter()
+        .find(|&&size| longest + ENTRY_EXTRA <= size - PAGE_HEAD)?;
+    let payload = page_size - PAGE_HEAD;
+    let bytes: usize = uids.iter().map(|(u, _)| u.len() + ENTRY_EXTRA).sum();
+    let pages = (bytes * 100).div_ceil(payload * FILL_PERCENT).max(1);
+    let blocks = (uids.len() * BITS_PER_UID).div_ceil(BLOCK * 8).max(1);
+    let mut filter = vec![0u8; blocks * BLOCK];
+    let hashes: Vec<u64> = uids.iter().map(|(uid, _)| hash(uid.as_bytes())).collect();
+    for &h in &hashes {
+        let (block, bits) = filter_bits(h, blocks as u64);
+        let block = usize::try_from(block).ok()? * BLOCK;
+        for bit in bits {
+            let bit = bit as usize;
+            filter[block + bit / 8] |= 1 << (bit % 8);
+        }
+    }
+    // By home page (among the first `pages`; entries that do not fit go on
+    // to the next pages, appended past them if need be), then position in
+    // `uids`, so equal UIDs keep log order.
+    let mut order: Vec<(u64, usize)> = hashes
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (scale(h, pages as u64), i))
+        .collect();
+    order.sort_unstable();
+    let laid = lay_out(&order, uids, pages, payload)?;
+    let header = Header {
+        page_size,
+        base,
+        end,
+        log_len,
+        count: uids.len() as u64,
+        pages: laid.len() as u64,
+        home_pages: pages as u64,
+        blocks: blocks as u64,
+        filter_crc: crc32c::crc32c(&filter),
+    };
+    let mut out = Vec::with_capacity(usize::try_from(header.file_len()?).ok()?);
+    out.extend_from_slice(&encode_header(&header));
+    out.extend_from_slice(&filter);
+    for (flags, entries, _) in laid {
+        let start = out.len();
+        out.extend_from_slice(&[0; 4]);
+        out.push(flags);
+        out.extend_from_slice(&u16::try_from(entries.len()).ok()?.to_le_bytes());
+        out.push(0);
+        for i in entries {
+            let (uid, offset) = &uids[i];
+            out.extend_from_slice(&u16::try_from(uid.len()).ok()?.to_le_bytes());
+            out.extend_from_slice(uid.as_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        out.resize(start + page_size, 0);
+        let crc = crc32c::crc32c(&out[start + 4..]);
+        out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    Some(out)
+}
+
+/// Page contents `(flags, entries, used bytes)`: entries placed from their
+/// home page on, in `order`.
+fn lay_out(
+    order: &[(u64, usize)],
+    uids: &[(String, u64)],
+    pages: usize,
+    payload: usize,
+) -> Option<Vec<(u8, Vec<usize>, usize)>> {
+    let mut laid: Vec<(u8, Vec<usize>, usize)> = vec![(0, Vec::new(), 0); pages];
+    let mut cur = 0usize;
+    for &(home, i) in order {
+        let size = uids[i].0.len() + ENTRY_EXTRA;
+        let mut at = cur.max(usize::try_from(home).ok()?);
+        loop {
+            if at == laid.len() {
+                laid.push((0, Vec::new(), 0));
+            }
+            if laid[at].2 + size <= payload {
+                break;
+            }
+            laid[at].0 |= 1;
+            at += 1;
+        }
+        laid[at].1.push(i);
+        laid[at].2 += size;
+        cur = at;
+    }
+    Some(laid)
+}
+
+fn encode_header(header: &Header) -> [u8; HEADER] {
+    let mut out = [0u8; HEADER];
+    out[..4].copy_from_slice(MAGIC);
+    out[4..8].copy_from_slice(&u32::try_from(header.page_size).unwrap_or(0).to_le_bytes());
+    let words = [
+        header.base,
+        header.end,
+        header.log_len,
+        header.count,
+        header.pages,
+        header.blocks,
+        header.home_pages,
+    ];
+    for (i, w) in words.iter().enumerate() {
+        out[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
+    }
+    out[64..68].copy_from_slice(&header.filter_crc.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..68]);
+    out[68..72].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Decodes a header, checking it against the segment `base..end` of
+/// `log_len` bytes and the file's length; `None` when it does not fit.
+pub(crate) fn decode_header(
+    bytes: &[u8],
+    base: u64,
+    end: u64,
+    log_len: u64,
+    file_len: u64,
+) -> Option<Header> {
+    let bytes = bytes.get(..HEADER)?;
+    if !bytes.starts_with(MAGIC) || crc32c::crc32c(&bytes[..68]) != word32(bytes, 68)? {
+        return None;
+    }
+    let page_size = usize::try_from(word32(bytes, 4)?).ok()?;
+    let header = Header {
+        page_size,
+        base: word(bytes, 8)?,
+        end: word(bytes, 16)?,
+        log_len: word(bytes, 24)?,
+        count: word(bytes, 32)?,
+        pages: word(bytes, 40)?,
+        blocks: word(bytes, 48)?,
+        home_pages: word(bytes, 56)?,
+        filter_crc: word32(bytes, 64)?,
+    };
+    let fits = PAGE_SIZES.contains(&page_size)
+        && (header.base, header.end, header.log_len) == (base, end, log_len)
+        && header.pages > 0
+        && header.home_pages > 0
+        && header.home_pages <= header.pages
+        && header.blocks > 0
+        && header.count <= end - base
+        && header.file_len() == Some(file_len);
+    fits.then_some(header)
+}
+
+/// Why a table cannot answer: rebuild it from the segment.
+#[derive(Debug)]
+pub(crate) enum Unfit {
+    /// The bytes are not a table of this segment (missing, cut, damaged, stale).
+    Damaged(String),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Unfit {
+    fn from(error: std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::UnexpectedEof {
+            Self::Damaged(format!("cut short: {error}"))
+        } else {
+            Self::Io(error)
+        }
+    }
+}
+
+/// A table's Bloom filter, checked against its CRC.
+#[derive(Debug)]
+pub(crate) struct Filter {
+    words: Vec<u64>,
+    blocks: u64,
+}
+
+impl Filter {
+    /// Whether the UID of hash `h` may be in the table (false: surely not).
+    pub fn may_hold(&self, h: u64) -> bool {
+        let (block, bits) = filter_bits(h, self.blocks);
+        let Ok(block) = usize::try_from(block) else {
+            return false;
+        };
+        let block = &self.words[block * (BLOCK / 8)..(block + 1) * (BLOCK / 8)];
+        bits.iter().fold(true, |all, &bit| {
+            all & (block[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
+        })
+    }
+}
+
+/// A loaded table: the open file, its header and its filter.
+#[derive(Debug)]
+pub(crate) struct Table {
+    file: File,
+    header: Header,
+    filter: Arc<Filter>,
+}
+
+impl Table {
+    /// Opens the table `file` of the segment `base..end` of `log_len`
+    /// bytes, checking its header and filter.
+    pub fn load(file: File, base: u64, end: u64, log_len: u64) -> Result<Self, Unfit> {
+        let file_len = file.metadata()?.len();
+        let mut head = [0u8; HEADER];
+        file.read_exact_at(&mut head, 0)?;
+        let header = decode_header(&head, base, end, log_len, file_len)
+            .ok_or_else(|| Unfit::Damaged("header does not match the segment".to_owned()))?;
+        let blocks = usize::try_from(header.blocks).map_err(|_| Unfit::Damaged("size".into()))?;
+        let mut bytes = vec![0u8; blocks * BLOCK];
+        file.read_exact_at(&mut bytes, HEADER as u64)?;
+        if crc32c::crc32c(&bytes) != header.filter_crc {
+            return Err(Unfit::Damaged("filter checksum".to_owned()));
+        }
+        let words = bytes
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+            .collect();
+        Ok(Self {
+            file,
+            filter: Arc::new(Filter {
+                words,
+                blocks: header.blocks,
+            }),
+            header,
+        })
+    }
+
+    /// Offsets of `uid` in the table, ascending.
+    pub fn get(&self, uid: &[u8]) -> Result<Vec<u64>, Unfit> {
+        self.get_hashed(uid, hash(uid))
+    }
+
+    /// [`Table::get`] of a UID whose [`hash`] is `h`.
+    pub fn get_hashed(&self, uid: &[u8], h: u64) -> Result<Vec<u64>, Unfit> {
+        if !self.filter.may_hold(h) {
+            return Ok(Vec::new());
+        }
+        let mut page = scale(h, self.header.home_pages);
+        let mut buf = [0u8; 4096];
+        let buf = &mut buf[..self.header.page_size];
+        let mut found = Vec::new();
+        loop {
+            if page >= self.header.pages {
+                return Err(Unfit::Damaged("overflow past the last page".to_owned()));
+            }
+            self.file.read_exact_at(buf, self.header.page_at(page))?;
+            let overflowed = scan_page(buf, |entry, offset| {
+                if entry == uid {
+                    found.push(offset);
+                }
+            })
+            .ok_or_else(|| Unfit::Damaged(format!("page {page} does not verify")))?;
+            if !overflowed {
+                break;
+            }
+            page += 1;
+        }
+        for &offset in &found {
+            if offset < self.header.base || offset >= self.header.end {
+                return Err(Unfit::Damaged(format!(
+                    "offset {offset} outside the segment"
+                )));
+            }
+        }
+        found.sort_unstable();
+        Ok(found)
+    }
+
+    /// Every `(UID, offset)` of the table, in offset order.
+    pub fn entries(&self) -> Result<Vec<(String, u64)>, Unfit> {
+        let mut buf = vec![0u8; self.header.page_size];
+        let mut all = Vec::new();
+        for page in 0..self.header.pages {
+            self.file
+                .read_exact_at(&mut buf, self.header.page_at(page))?;
+            scan_page(&buf, |uid, offset| {
+                all.push((String::from_utf8_lossy(uid).into_owned(), offset));
+            })
+            .ok_or_else(|| Unfit::Damaged(format!("page {page} does not verify")))?;
+        }
+        if all.len() as u64 != self.header.count
+            || all
+                .iter()
+                .any(|&(_, o)| o < self.header.base || o >= self.header.end)
+        {
+            return Err(Unfit::Damaged("entries do not match the header".to_owned()));
+        }
+        all.sort_by_key(|&(_, offset)| offset);
+        Ok(all)
+    }
+}
+
+/// Verifies one page and calls `each` for its entries; returns whether it
+/// is flagged as overflowed, `None` when it does not verify.
+pub(crate) fn scan_page(page: &[u8], mut each: impl FnMut(&[u8], u64)) -> Option<bool> {
+    if page.len() < PAGE_HEAD || crc32c::crc32c(&page[4..]) != word32(page, 0)? {
+        return None;
+    }
+    let flags = page[4];
+    let count = u16::from_le_bytes([page[5], page[6]]);
+    if flags > 1 || page[7] != 0 {
+        return None;
+    }
+    let mut at = PAGE_HEAD;
+    for _ in 0..count {
+        let len = usize::from(u16::from_le_bytes([*page.get(at)?, *page.get(at + 1)?]));
+        let uid = page.get(at + 2..at + 2 + len)?;
+        let offset = word(page, at + 2 + len)?;
+        each(uid, offset);
+        at += len + ENTRY_EXTRA;
+    }
+    Some(flags == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn table(bytes: &[u8], base: u64, end: u64, log_len: u64) -> Result<Table, Unfit> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.uidt");
+        std::fs::write(&path, bytes).unwrap();
+        Table::load(File::open(&path).unwrap(), base, end, log_len)
+    }
+
+    #[test]
+    fn finds_every_uid_and_none_other() {
+        let mut uids: Vec<(String, u64)> =
+            (0..5000u64).map(|i| (format!("e{i}"), 100 + i)).collect();
+        // A UID stored twice (written around the bus) and a long one.
+        uids.push(("e7".to_owned(), 5100));
+        uids.push(("x".repeat(1024), 5101));
+        let bytes = encode(100, 5102, 9999, &uids).unwrap();
+        let t = table(&bytes, 100, 5102, 9999).unwrap();
+        assert_eq!(t.header.page_size, 4096);
+        for i in 0..5000u64 {
+            let want = if i == 7 {
+                vec![107, 5100]
+            } else {
+                vec![100 + i]
+            };
+            assert_eq!(t.get(format!("e{i}").as_bytes()).unwrap(), want);
+        }
+        assert_eq!(t.get("x".repeat(1024).as_bytes()).unwrap(), vec![5101]);
+        let absent = (5000..15000u64)
+            .filter(|i| !t.get(format!("e{i}").as_bytes()).unwrap().is_empty())
+            .count();
+        assert_eq!(absent, 0);
+        assert_eq!(t.entries().unwrap().len(), uids.len());
+    }
+
+    #[test]
+    fn entries_that_overflow_the_last_home_page_are_found() {
+        // A UID stored many times (written around the bus) whose home is
+        // the last page: its copies run past it, into appended pages.
+        let uid = (0..)
+            .map(|i| format!("x{i}"))
+            .find(|u| hash(u.as_bytes()) > u64::MAX / 100 * 99)
+            .unwrap();
+        let mut uids: Vec<(String, u64)> = (0..300u64).map(|i| (uid.clone(), i)).collect();
+        uids.extend((300..400u64).map(|i| (format!("y{i}"), i)));
+        let bytes = encode(0, 400, 1, &uids).unwrap();
+        let t = table(&bytes, 0, 400, 1).unwrap();
+        assert!(t.header.pages > t.header.home_pages);
+        assert_eq!(
+            t.get(uid.as_bytes()).unwrap(),
+            (0..300).collect::<Vec<u64>>()
+        );
+        for i in 300..400u64 {
+            assert_eq!(t.get(format!("y{i}").as_bytes()).unwrap(), vec![i]);
+        }
+        assert_eq!(t.entries().unwrap().len(), 400);
+    }
+
+    #[test]
+    fn empty_and_small_tables() {
+        let bytes = encode(0, 0, 0, &[]).unwrap();
+        let t = table(&bytes, 0, 0, 0).unwrap();
+        assert!(t.get(b"a").unwrap().is_empty());
+        assert!(t.entries().unwrap().is_empty());
+        let bytes = encode(3, 4, 10, &[("a".to_owned(), 3)]).unwrap();
+        assert_eq!(bytes.len(), HEADER + BLOCK + 512);
+        assert_eq!(table(&bytes, 3, 4, 10).unwrap().get(b"a").unwrap(), vec![3]);
+    }
+
+    #[test]
+    fn a_stale_cut_or_damaged_table_is_refused() {
+        let uids: Vec<(String, u64)> = (0..300u64).map(|i| (format!("u{i}"), i)).collect();
+        let bytes = encode(0, 300, 777, &uids).unwrap();
+        assert!(table(&bytes, 0, 301, 777).is_err(), "stale end");
+        assert!(table(&bytes, 0, 300, 778).is_err(), "stale length");
+        assert!(
+            table(&bytes[..bytes.len() - 1], 0, 300, 777).is_err(),
+            "cut"
+        );
+        // A flipped byte anywhere is refused at load or by every lookup
+        // that reads its page, never answered from.
+        for at in (0..bytes.len()).step_by(7) {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x10;
+            let Ok(t) = table(&bad, 0, 300, 777) else {
+                continue;
+            };
+            assert!(at >= HEADER, "header damage at {at} loaded");
+            assert!(t.entries().is_err(), "damage at {at} went unseen");
+            for (uid, offset) in &uids {
+                match t.get(uid.as_bytes()) {
+                    Ok(found) => assert_eq!(found, vec![*offset], "damage at {at}"),
+                    Err(Unfit::Damaged(_)) => {}
+                    Err(Unfit::Io(e)) => panic!("{e}"),
+                }
+            }
+        }
+    }
+}
+
+/// The UIDs of one sealed segment as lookups see them: its table on disk,
+/// loaded on the first lookup, or (a UID too long for a page) held in
+/// memory. Also the UIDs of the first `log_len` bytes of the active
+/// segment after a clean close (its table written then), so that open
+/// need not read them back.
+#[derive(Debug)]
+pub(crate) struct SealedUids {
+    base: u64,
+    end: u64,
+    log_len: u64,
+    log_path: PathBuf,
+    table_path: PathBuf,
+    /// Whether a table found unfit may be rewritten.
+    writable: bool,
+    index_interval: u64,
+    state: RwLock<State>,
+    /// The loaded table's filter, read without a lock: most lookups of a
+    /// partition with many segments end here, and a locked instruction per
+    /// segment would serialize their cache misses. A rebuilt table has the
+    /// same filter (the same UIDs, encoded alike).
+    filter: OnceLock<Arc<Filter>>,
+}
+
+#[derive(Debug)]
+enum State {
+    Unloaded,
+    Table(Table),
+    /// The index, and the list it was built from (for [`SealedUids::entries`]).
+    Memory(UidIndex, Vec<(String, u64)>),
+}
+
+impl SealedUids {
+    /// The UIDs of the sealed segment `base..end` of `log_len` bytes in `dir`.
+    pub fn new(dir: &Path, base: u64, end: u64, log_len: u64, options: &Options) -> Self {
+        Self::at(dir, base, end, log_len, options, UIDS)
+    }
+
+    /// The same, with the table in the file of extension `ext`.
+    pub fn at(dir: &Path, base: u64, end: u64, log_len: u64, options: &Options, ext: &str) -> Self {
+        Self {
+            base,
+            end,
+            log_len,
+            log_path: segment::path(dir, base, LOG),
+            table_path: segment::path(dir, base, ext),
+            writable: !options.read_only,
+            index_interval: options.index_interval_bytes,
+            state: RwLock::new(State::Unloaded),
+            filter: OnceLock::new(),
+        }
+    }
+
+    /// Every offset of `uid` (of [`hash`] `h`) in the segment, ascending.
+    pub fn get(&self, uid: &str, h: u64) -> Result<Vec<u64>, BusError> {
+        if let Some(filter) = self.filter.get()
+            && !filter.may_hold(h)
+        {
+            return Ok(Vec::new());
+        }
+        for _ in 0..3 {
+            let why = {
+                let state = read(&self.state);
+                match &*state {
+                    State::Memory(index, _) => return Ok(index.all(uid)),
+                    State::Table(table) => match table.get_hashed(uid.as_bytes(), h) {
+                        Ok(found) => {
+                            // From now on absent UIDs are answered without the lock.
+                            if self.filter.get().is_none() {
+                                let _ = self.filter.set(Arc::clone(&table.filter));
+                            }
+                            return Ok(found);
+                        }
+                        Err(Unfit::Io(error)) => return Err(error.into()),
+                        Err(Unfit::Damaged(why)) => Some(why),
+                    },
+                    State::Unloaded => None,
+                }
+            };
+            let mut state = write(&self.state);
+            match (&*state, why) {
+                (State::Unloaded, _) => *state = self.load()?,
+                // Another lookup may have rebuilt it meanwhile: look again.
+                (State::Table(table), Some(why)) if table.get(uid.as_bytes()).is_err() => {
+                    *state = self.rebuild(&why)?;
+                }
+                _ => {}
+            }
+            if let State::Table(table) = &*state {
+                let _ = self.filter.set(Arc::clone(&table.filter));
+            }
+        }
+        Err(BusError::Backend(format!(
+            "UID table {} keeps failing",
+            self.table_path.display()
+        )))
+    }
+
+    /// Whether the table file's header fits the segment (a cheap check
+    /// at open: 72 bytes).
+    pub fn header_fits(&self) -> bool {
+        let Ok(file) = File::open(&self.table_path) else {
+            return false;
+        };
+        let mut head = [0u8; HEADER];
+        let Ok(meta) = file.metadata() else {
+            return false;
+        };
+        file.read_exact_at(&mut head, 0).is_ok()
+            && decode_header(&head, self.base, self.end, self.log_len, meta.len()).is_some()
+    }
+
+    /// Every `(UID, offset)`, in offset order (to seal the active segment
+    /// whose first bytes this covers).
+    pub fn entries(&self) -> Result<Vec<(String, u64)>, BusError> {
+        let mut state = write(&self.state);
+        if matches!(*state, State::Unloaded) {
+            *state = self.load()?;
+        }
+        let why = match &*state {
+            State::Memory(_, list) => return Ok(list.clone()),
+            State::Table(table) => match table.entries() {
+                Ok(entries) => return Ok(entries),
+                Err(Unfit::Io(error)) => return Err(error.into()),
+                Err(Unfit::Damaged(why)) => why,
+            },
+            State::Unloaded => "not loaded".to_owned(),
+        };
+        *state = self.rebuild(&why)?;
+        match &*state {
+            State::Memory(_, list) => Ok(list.clone()),
+            State::Table(table) => table.entries().map_err(|e| match e {
+                Unfit::Io(error) => error.into(),
+                Unfit::Damaged(why) => BusError::Backend(format!(
+                    "UID table {} just rebuilt does not read: {why}",
+                    self.table_path.display()
+                )),
+            }),
+            State::Unloaded => Ok(Vec::new()),
+        }
+    }
+
+    fn load(&self) -> Result<State, BusError> {
+        let why = match File::open(&self.table_path) {
+            Ok(file) => match Table::load(file, self.base, self.end, self.log_len) {
+                Ok(table) => return Ok(State::Table(table)),
+                Err(Unfit::Io(error)) => return Err(error.into()),
+                Err(Unfit::Damaged(why)) => why,
+            },
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => "missing".to_owned(),
+            Err(error) => return Err(error.into()),
+        };
+        self.rebuild(&why)
+    }
+
+    /// Rebuilds the table from the segment, which must verify completely.
+    fn rebuild(&self, why: &str) -> Result<State, BusError> {
+        tracing::warn!(
+            path = %self.table_path.display(),
+            why,
+            "UID table unfit: rebuilding it from its segment"
+        );
+        let file = File::open(&self.log_path)?;
+        let scan =
+            segment::scan_to_mark(&file, self.base, self.index_interval, Some(self.log_len))?;
+        // The covered bytes must verify completely and end with offset `end`.
+        if scan.end_at_mark != Some(self.end) {
+            let reason = match scan.fault {
+                Some((pos, reason)) => format!("{reason} at byte {pos}"),
+                None => format!(
+                    "frames end at offset {} in {} bytes, where its index says {} in {}",
+                    scan.end, scan.valid_len, self.end, self.log_len
+                ),
+            };
+            return Err(BusError::Corrupt {
+                location: self.log_path.display().to_string(),
+                offset: scan.end.min(self.end),
+                reason,
+            });
+        }
+        let end = self.end;
+        let mut uids = scan.uids;
+        uids.retain(|&(_, offset)| offset < end);
+        self.state_of(uids)
+    }
+
+    /// Writes the table of `uids` (when writable) and loads it.
+    fn state_of(&self, uids: Vec<(String, u64)>) -> Result<State, BusError> {
+        if self.writable
+            && let Some(bytes) = encode(self.base, self.end, self.log_len, &uids)
+        {
+            fsutil::write_atomic(&self.table_path, &bytes)?;
+            let file = File::open(&self.table_path)?;
+            match Table::load(file, self.base, self.end, self.log_len) {
+                Ok(table) => return Ok(State::Table(table)),
+                Err(Unfit::Io(error)) => return Err(error.into()),
+                Err(Unfit::Damaged(why)) => {
+                    return Err(BusError::Backend(format!(
+                        "UID table {} just written does not load: {why}",
+                        self.table_path.display()
+                    )));
+                }
+            }
+        }
+        let mut index = UidIndex::default();
+        for (uid, offset) in &uids {
+            index.push(uid.clone(), *offset);
+        }
+        Ok(State::Memory(index, uids))
+    }
+
+    /// Writes the table from `uids` now (at seal, or after a scan at open).
+    pub fn store(self, uids: Vec<(String, u64)>) -> Result<Self, BusError> {
+        let state = self.state_of(uids)?;
+        *write(&self.state) = state;
+        Ok(self)
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
