@@ -96,9 +96,10 @@ pub trait EventBus: Send + Sync {
             let next = last
                 .offset
                 .checked_add(1)
-                .ok_or_else(|| BusError::Backend("event lookup offset overflow".to_owned()))?;
+                .ok_or_else(|| BusError::backend("bus", "event lookup offset overflow"))?;
             if next <= offset {
-                return Err(BusError::Backend(
+                return Err(BusError::backend(
+                    "bus",
                     "event lookup made no offset progress".to_owned(),
                 ));
             }

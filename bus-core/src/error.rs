@@ -21,9 +21,20 @@ pub enum BusError {
     /// Serialization failure.
     #[error("bus serde: {0}")]
     Serde(#[from] serde_json::Error),
-    /// Backend-specific failure (network brokers).
-    #[error("bus backend: {0}")]
-    Backend(String),
+    /// A failure inside a backend or its client library that no other
+    /// variant names; [`std::error::Error::source`] gives the client's or
+    /// the OS's own error when there is one.
+    #[error("{backend}: {message}")]
+    Backend {
+        /// Which backend (`nats`, `kafka`, `postgres`, `embedded`, `memory`,
+        /// or `bus` for the facade and the shared machinery).
+        backend: String,
+        /// What was being done and what went wrong, without secrets.
+        message: String,
+        /// The underlying error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
     /// The partition is outside `0..partitions` for the topic.
     #[error(
         "topic {topic:?} has no partition {partition} (it has {partitions}: use 0..{partitions})"
@@ -177,6 +188,29 @@ pub enum BusError {
 }
 
 impl BusError {
+    /// A [`BusError::Backend`] with no underlying error.
+    pub fn backend(backend: &str, message: impl Into<String>) -> Self {
+        Self::Backend {
+            backend: backend.to_owned(),
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A [`BusError::Backend`] caused by `source` (a client library's or the
+    /// OS's error), which [`std::error::Error::source`] then returns.
+    pub fn backend_caused(
+        backend: &str,
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self::Backend {
+            backend: backend.to_owned(),
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
     /// Shorthand for [`BusError::InvalidArgument`].
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
@@ -222,7 +256,7 @@ mod tests {
             BusError::Io(std::io::Error::from(ErrorKind::PermissionDenied)),
             BusError::Io(std::io::Error::from(ErrorKind::StorageFull)),
             BusError::Serde(serde_json::from_str::<u8>("x").unwrap_err()),
-            BusError::Backend(text()),
+            BusError::backend("x", text()),
             BusError::UnknownPartition {
                 topic: text(),
                 partition: 9,
@@ -297,7 +331,7 @@ mod tests {
             ),
             BusError::UnknownTopic(_)
             | BusError::Serde(_)
-            | BusError::Backend(_)
+            | BusError::Backend { .. }
             | BusError::UnknownPartition { .. }
             | BusError::InvalidArgument { .. }
             | BusError::Conflict { .. }
@@ -311,6 +345,17 @@ mod tests {
             | BusError::FeatureDisabled { .. }
             | BusError::Corrupt { .. } => false,
         }
+    }
+
+    #[test]
+    fn a_backend_error_keeps_its_cause() {
+        use std::error::Error as _;
+        let cause = std::io::Error::new(ErrorKind::ConnectionReset, "peer went away");
+        let error = BusError::backend_caused("nats", "fetch from topic \"t\"", cause);
+        assert_eq!(error.to_string(), "nats: fetch from topic \"t\"");
+        let source = error.source().expect("a source");
+        assert_eq!(source.to_string(), "peer went away");
+        assert!(BusError::backend("bus", "no cause").source().is_none());
     }
 
     #[test]

@@ -210,9 +210,10 @@ impl ConnectorExecutor {
             }
             Err(_) => {
                 let _ = thread.join();
-                return Err(BusError::Backend(format!(
-                    "connector thread {name:?} died while starting its runtime"
-                )));
+                return Err(BusError::backend(
+                    "bus",
+                    format!("connector thread {name:?} died while starting its runtime"),
+                ));
             }
         };
         Ok(Self {
@@ -261,10 +262,13 @@ impl ConnectorExecutor {
         T: Send + 'static,
     {
         if OWNER.with(Cell::get) == self.id {
-            return Err(BusError::Backend(format!(
-                "{what} was called from a thread of connector {:?}, which would deadlock; call the bus from another thread",
-                self.name
-            )));
+            return Err(BusError::backend(
+                "bus",
+                format!(
+                    "{what} was called from a thread of connector {:?}, which would deadlock; call the bus from another thread",
+                    self.name
+                ),
+            ));
         }
         let timed_out = || BusError::Timeout {
             operation: what.to_owned(),
@@ -294,10 +298,13 @@ impl ConnectorExecutor {
         match received {
             Ok(Some(value)) => Ok(value),
             Ok(None) | Err(RecvTimeoutError::Timeout) => Err(timed_out()),
-            Err(RecvTimeoutError::Disconnected) => Err(BusError::Backend(format!(
-                "connector {:?} dropped {what} before it finished",
-                self.name
-            ))),
+            Err(RecvTimeoutError::Disconnected) => Err(BusError::backend(
+                "bus",
+                format!(
+                    "connector {:?} dropped {what} before it finished",
+                    self.name
+                ),
+            )),
         }
     }
 
@@ -461,7 +468,10 @@ mod tests {
                 result
             })
             .unwrap();
-        assert!(matches!(nested, Err(BusError::Backend(_))), "{nested:?}");
+        assert!(
+            matches!(nested, Err(BusError::Backend { .. })),
+            "{nested:?}"
+        );
     }
 
     #[test]

@@ -10,11 +10,11 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use bus_core::auth::{RecordAuth, RecordParts};
+use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    encode_value, partition_for, resolve_uid, validate_key, validate_topic, validate_uid,
+    prepare_record, uid_partition, validate_topic, validate_uid,
 };
 
 use crate::frame::NewRecord;
@@ -178,7 +178,7 @@ impl EmbeddedBus {
         offsets
             .first()
             .copied()
-            .ok_or_else(|| BusError::Backend("raw append stored nothing".to_owned()))
+            .ok_or_else(|| BusError::backend("embedded", "raw append stored nothing"))
     }
 
     fn record(
@@ -189,23 +189,9 @@ impl EmbeddedBus {
         uid: Option<&str>,
         auth: Option<&RecordAuth>,
     ) -> Result<(u32, NewRecord), BusError> {
-        validate_key(key)?;
-        let uid = resolve_uid(value, uid)?;
-        if let Some(uid) = uid {
-            validate_uid(uid)?;
-        }
-        let bytes = encode_value(&topic.spec.name, value, topic.spec.max_record_bytes)?;
-        let partition = partition_for(key, topic.spec.partitions);
-        let tag = auth.map(|auth| {
-            auth.tag(RecordParts {
-                topic: &topic.spec.name,
-                partition,
-                key,
-                uid,
-                value: &bytes,
-            })
-            .to_vec()
-        });
+        let record = prepare_record(&topic.spec, key, value, uid, auth)?;
+        let (partition, uid, bytes) = (record.partition, record.uid, record.value);
+        let tag = record.tag.map(|tag| tag.to_vec());
         Ok((
             partition,
             NewRecord {
@@ -232,7 +218,7 @@ impl EmbeddedBus {
         let offset = offsets
             .first()
             .copied()
-            .ok_or_else(|| BusError::Backend("publish stored nothing".to_owned()))?;
+            .ok_or_else(|| BusError::backend("embedded", "publish stored nothing"))?;
         Ok(PublishAck {
             topic: topic_name.to_owned(),
             partition,
@@ -377,9 +363,7 @@ impl EventBus for EmbeddedBus {
         event_uid: &str,
     ) -> Result<Option<PublishAck>, BusError> {
         let topic = self.inner.topic(topic_name)?;
-        validate_key(key)?;
-        validate_uid(event_uid)?;
-        let partition = partition_for(key, topic.spec.partitions);
+        let partition = uid_partition(&topic.spec, key, event_uid)?;
         let auth = self.inner.auth();
         Ok(self
             .inner
@@ -525,7 +509,7 @@ impl EventBus for EmbeddedBus {
             }
         }
         acks.into_iter()
-            .map(|ack| ack.ok_or_else(|| BusError::Backend("batch record not acked".to_owned())))
+            .map(|ack| ack.ok_or_else(|| BusError::backend("embedded", "batch record not acked")))
             .collect()
     }
 

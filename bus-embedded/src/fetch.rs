@@ -117,12 +117,15 @@ impl Partition {
                 Err(ReadError::Retry) if !out.is_empty() => break,
                 Err(ReadError::Retry) if retries < 3 => retries += 1,
                 Err(ReadError::Retry) => {
-                    return Err(BusError::Backend(format!(
-                        "topic {:?} partition {}: segment {} keeps changing under the read",
-                        self.topic,
-                        self.id,
-                        snapshot.path.display()
-                    )));
+                    return Err(BusError::backend(
+                        "embedded",
+                        format!(
+                            "topic {:?} partition {}: segment {} keeps changing under the read",
+                            self.topic,
+                            self.id,
+                            snapshot.path.display()
+                        ),
+                    ));
                 }
                 Err(ReadError::Bus(_)) if !out.is_empty() => break,
                 Err(ReadError::Bus(error)) => return Err(error),

@@ -634,10 +634,10 @@ impl SealedUids {
                 let _ = self.filter.set(Arc::clone(&table.filter));
             }
         }
-        Err(BusError::Backend(format!(
-            "UID table {} keeps failing",
-            self.table_path.display()
-        )))
+        Err(BusError::backend(
+            "embedded",
+            format!("UID table {} keeps failing", self.table_path.display()),
+        ))
     }
 
     /// Whether the table file's header fits the segment (a cheap check
@@ -675,10 +675,13 @@ impl SealedUids {
             State::Memory(_, list) => Ok(list.clone()),
             State::Table(table) => table.entries().map_err(|e| match e {
                 Unfit::Io(error) => error.into(),
-                Unfit::Damaged(why) => BusError::Backend(format!(
-                    "UID table {} just rebuilt does not read: {why}",
-                    self.table_path.display()
-                )),
+                Unfit::Damaged(why) => BusError::backend(
+                    "embedded",
+                    format!(
+                        "UID table {} just rebuilt does not read: {why}",
+                        self.table_path.display()
+                    ),
+                ),
             }),
             State::Unloaded => Ok(Vec::new()),
         }
@@ -739,10 +742,13 @@ impl SealedUids {
                 Ok(table) => return Ok(State::Table(table)),
                 Err(Unfit::Io(error)) => return Err(error.into()),
                 Err(Unfit::Damaged(why)) => {
-                    return Err(BusError::Backend(format!(
-                        "UID table {} just written does not load: {why}",
-                        self.table_path.display()
-                    )));
+                    return Err(BusError::backend(
+                        "embedded",
+                        format!(
+                            "UID table {} just written does not load: {why}",
+                            self.table_path.display()
+                        ),
+                    ));
                 }
             }
         }

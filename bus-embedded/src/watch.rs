@@ -56,6 +56,10 @@ fn worth_a_read(event: &Event) -> bool {
 fn watch_error(error: notify::Error) -> BusError {
     match error.kind {
         notify::ErrorKind::Io(io) => BusError::Io(io),
-        _ => BusError::Backend(format!("watching the data directory: {error}")),
+        _ => BusError::backend_caused(
+            "embedded",
+            format!("watching the data directory: {error}"),
+            error,
+        ),
     }
 }

@@ -378,7 +378,10 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
             backend: "kafka".to_owned(),
             reason: options.redact(format!("{what}: {error}")),
         },
-        _ => BusError::Backend(options.redact(format!("kafka: {what}: {error}"))),
+        _ => {
+            let message = options.redact(format!("{what}: {error}"));
+            BusError::backend_caused("kafka", message, error)
+        }
     }
 }
 

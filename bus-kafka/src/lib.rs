@@ -156,7 +156,8 @@ impl KafkaBus {
                 })
                 .await
                 .unwrap_or_else(|_| {
-                    Err(BusError::Backend(
+                    Err(BusError::backend(
+                        "kafka",
                         "creating the manifest topic panicked".to_owned(),
                     ))
                 })
@@ -212,7 +213,7 @@ impl KafkaBus {
                 let deadline = Instant::now() + timeout;
                 tokio::task::spawn_blocking(move || work(&core, deadline))
                     .await
-                    .unwrap_or_else(|_| Err(BusError::Backend(format!("{name} panicked"))))
+                    .unwrap_or_else(|_| Err(BusError::backend("kafka", format!("{name} panicked"))))
             })?
     }
 

@@ -247,9 +247,10 @@ pub(crate) fn delete_topics(
             if let Err((name, code)) = result
                 && code != RDKafkaErrorCode::UnknownTopicOrPartition
             {
-                return Err(BusError::Backend(format!(
-                    "kafka: deleting topic {name:?} failed: {code}"
-                )));
+                return Err(BusError::backend(
+                    "kafka",
+                    format!("kafka: deleting topic {name:?} failed: {code}"),
+                ));
             }
         }
     }
@@ -275,9 +276,12 @@ fn create(
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => {
-                return Err(BusError::Backend(format!(
-                    "kafka: creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
-                )));
+                return Err(BusError::backend(
+                    "kafka",
+                    format!(
+                        "kafka: creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
+                    ),
+                ));
             }
         }
     }

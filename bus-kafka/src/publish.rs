@@ -144,7 +144,7 @@ pub(crate) fn deliver<'a>(
         outstanding -= 1;
         out[index] = Some(match outcome {
             Ok(offset) => u64::try_from(offset).map_err(|_| {
-                BusError::Backend("kafka: delivery report without an offset".to_owned())
+                BusError::backend("kafka", "kafka: delivery report without an offset")
             }),
             Err(error) => {
                 core.heal_producer(kind, &producer);
@@ -183,7 +183,7 @@ impl KafkaBus {
         offsets
             .into_iter()
             .next()
-            .ok_or_else(|| BusError::Backend("kafka: no delivery".to_owned()))?
+            .ok_or_else(|| BusError::backend("kafka", "kafka: no delivery"))?
             .map(ack)
     }
 
@@ -301,7 +301,7 @@ fn publish_deduplicated(
                     Some(Ok(offset)) => {
                         guards[slot].settle();
                         out[i] = Some(u64::try_from(offset).map_err(|_| {
-                            BusError::Backend("kafka: delivery report without an offset".to_owned())
+                            BusError::backend("kafka", "kafka: delivery report without an offset")
                         }));
                         continue;
                     }
@@ -341,7 +341,8 @@ fn publish_deduplicated(
     for (i, first) in repeats {
         out[i] = Some(match &out[first] {
             Some(Ok(offset)) => Ok(*offset),
-            _ => Err(BusError::Backend(
+            _ => Err(BusError::backend(
+                "kafka",
                 "kafka: the first record with this UID in the batch failed".to_owned(),
             )),
         });
@@ -349,7 +350,7 @@ fn publish_deduplicated(
     Ok(out
         .into_iter()
         .map(|result| {
-            result.unwrap_or_else(|| Err(BusError::Backend("kafka: no delivery".to_owned())))
+            result.unwrap_or_else(|| Err(BusError::backend("kafka", "kafka: no delivery")))
         })
         .collect())
 }

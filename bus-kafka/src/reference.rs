@@ -34,7 +34,7 @@ impl RawKafka {
             .set("linger.ms", "1")
             .set("batch.size", "900000")
             .create()
-            .map_err(|e| BusError::Backend(format!("raw producer: {e}")))?;
+            .map_err(|e| BusError::backend("kafka", format!("raw producer: {e}")))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -63,7 +63,7 @@ impl RawKafka {
                 self.producer
                     .send(record, Timeout::Never)
                     .await
-                    .map_err(|(e, _)| BusError::Backend(format!("raw send: {e}")))?;
+                    .map_err(|(e, _)| BusError::backend("kafka", format!("raw send: {e}")))?;
             }
             Ok(())
         })
@@ -85,7 +85,7 @@ impl RawKafka {
                         .payload(payload);
                     self.producer
                         .send_result(record)
-                        .map_err(|(e, _)| BusError::Backend(format!("raw enqueue: {e}")))
+                        .map_err(|(e, _)| BusError::backend("kafka", format!("raw enqueue: {e}")))
                 })
                 .collect();
             for delivery in pending? {
@@ -99,7 +99,7 @@ impl RawKafka {
     /// record into what the bus returns (offset, key, value, time).
     pub fn replay(&self) -> Result<usize, BusError> {
         let failed = |what: &str, e: rdkafka::error::KafkaError| {
-            BusError::Backend(format!("raw {what}: {e}"))
+            BusError::backend("kafka", format!("raw {what}: {e}"))
         };
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)

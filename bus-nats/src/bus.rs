@@ -178,7 +178,7 @@ impl NatsBus {
         })?;
         acks.into_iter()
             .next()
-            .ok_or_else(|| BusError::Backend("publish returned no ack".to_owned()))
+            .ok_or_else(|| BusError::backend("nats", "publish returned no ack"))
     }
 }
 
@@ -221,7 +221,10 @@ impl EventBus for NatsBus {
             .get(partition as usize)
             .map(|p| p.stream.clone())
             .ok_or_else(|| {
-                BusError::Backend(format!("topic {topic:?} lost partition {partition}"))
+                BusError::backend(
+                    "nats",
+                    format!("topic {topic:?} lost partition {partition}"),
+                )
             })?;
         let subject = record_subject(&stream, Some(event_uid));
         let (name, uid) = (topic.to_owned(), event_uid.to_owned());
@@ -231,7 +234,9 @@ impl EventBus for NatsBus {
                 .js
                 .get_stream_no_info(&stream)
                 .await
-                .map_err(|error| BusError::Backend(format!("stream {stream}: {error}")))?;
+                .map_err(|error| {
+                    BusError::backend_caused("nats", format!("stream {stream}: {error}"), error)
+                })?;
             // The server's per-subject index answers; nothing is scanned.
             let auth = shared.auth();
             let lookup = UidSubject {

@@ -67,7 +67,7 @@ pub(crate) fn api_error(what: &str, error: &jetstream::Error) -> BusError {
     if out_of_service(error.error_code()) {
         unavailable(format!("{what}: {error}"))
     } else {
-        BusError::Backend(format!("{what}: JetStream refused: {error}"))
+        BusError::backend("nats", format!("{what}: JetStream refused: {error}"))
     }
 }
 
@@ -118,9 +118,10 @@ pub(crate) fn publish_failure(
             {
                 PublishFailure::InProcess
             }
-            _ => PublishFailure::Other(BusError::Backend(format!(
-                "{what}: conditional publish refused without a usable sequence: {error}"
-            ))),
+            _ => PublishFailure::Other(BusError::backend(
+                "nats",
+                format!("{what}: conditional publish refused without a usable sequence: {error}"),
+            )),
         },
         // async-nats reports "no responders" as StreamNotFound.
         PublishErrorKind::StreamNotFound => PublishFailure::NoResponders,
@@ -144,7 +145,7 @@ pub(crate) fn publish_failure(
         }
         _ => PublishFailure::Other(match api_source(error) {
             Some(api) => api_error(what, api),
-            None => BusError::Backend(format!("{what}: {error}")),
+            None => BusError::backend("nats", format!("{what}: {error}")),
         }),
     }
 }

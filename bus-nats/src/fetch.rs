@@ -133,7 +133,7 @@ pub(crate) async fn fetch_with(
             .js
             .get_stream_no_info(&state.stream)
             .await
-            .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
+            .map_err(|error| BusError::backend_caused("nats", format!("{what}: {error}"), error))?;
         let reads = Reads::new(&stream, clustered);
         let messages = if count <= DIRECT_MAX {
             direct(reads, start, count, &what).await?

@@ -61,7 +61,10 @@ pub(crate) fn prepare(
         .get(partition as usize)
         .map(|state| state.stream.as_str())
         .ok_or_else(|| {
-            BusError::Backend(format!("topic {:?} lost partition {partition}", spec.name))
+            BusError::backend(
+                "nats",
+                format!("topic {:?} lost partition {partition}", spec.name),
+            )
         })?;
     let parts = RecordParts {
         topic: &spec.name,
@@ -177,10 +180,13 @@ pub(crate) async fn send_all(
                 PublishFailure::InProcess => match retry {
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => {
-                        return Err(BusError::Backend(format!(
-                            "{what}: the server reports a duplicate message id in process for a \
+                        return Err(BusError::backend(
+                            "nats",
+                            format!(
+                                "{what}: the server reports a duplicate message id in process for a \
                              record without a UID"
-                        )));
+                            ),
+                        ));
                     }
                 },
                 PublishFailure::NoResponders => {
@@ -239,15 +245,14 @@ async fn settle(
     what: &str,
 ) -> Result<u64, BusError> {
     let name = topic.spec.name.as_str();
-    let state = topic
-        .partitions
-        .get(partition as usize)
-        .ok_or_else(|| BusError::Backend(format!("topic {name:?} lost partition {partition}")))?;
+    let state = topic.partitions.get(partition as usize).ok_or_else(|| {
+        BusError::backend("nats", format!("topic {name:?} lost partition {partition}"))
+    })?;
     let stream = shared
         .js
         .get_stream_no_info(&state.stream)
         .await
-        .map_err(|error| BusError::Backend(format!("{what}: {error}")))?;
+        .map_err(|error| BusError::backend_caused("nats", format!("{what}: {error}"), error))?;
     let lookup = UidSubject {
         reads: Reads::new(&stream, shared.clustered),
         subject,
@@ -309,7 +314,10 @@ async fn settle(
             },
         }
     }
-    Err(BusError::Backend(format!(
-        "{what}: the subject of a UID kept changing during {MAX_SETTLE_ATTEMPTS} attempts; retry"
-    )))
+    Err(BusError::backend(
+        "nats",
+        format!(
+            "{what}: the subject of a UID kept changing during {MAX_SETTLE_ATTEMPTS} attempts; retry"
+        ),
+    ))
 }

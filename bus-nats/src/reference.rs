@@ -17,7 +17,7 @@ pub struct RawNats {
 }
 
 fn failed(what: &str, error: impl std::fmt::Display) -> BusError {
-    BusError::Backend(format!("raw nats {what}: {error}"))
+    BusError::backend("nats", format!("raw nats {what}: {error}"))
 }
 
 impl RawNats {

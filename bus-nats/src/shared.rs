@@ -52,10 +52,10 @@ impl TopicState {
     /// The state of `partition` (which the caller checked against the spec).
     pub(crate) fn partition(&self, partition: u32) -> Result<&PartitionState, BusError> {
         self.partitions.get(partition as usize).ok_or_else(|| {
-            BusError::Backend(format!(
-                "topic {:?} lost partition {partition}",
-                self.spec.name
-            ))
+            BusError::backend(
+                "nats",
+                format!("topic {:?} lost partition {partition}", self.spec.name),
+            )
         })
     }
 }

@@ -156,10 +156,13 @@ async fn create_partition(
                         }
                         None => Err(foreign(&name)),
                     },
-                    Ok(None) => Err(BusError::Backend(format!(
-                        "stream {name} vanished while provisioning {:?}; provision again",
-                        spec.name
-                    ))),
+                    Ok(None) => Err(BusError::backend(
+                        "nats",
+                        format!(
+                            "stream {name} vanished while provisioning {:?}; provision again",
+                            spec.name
+                        ),
+                    )),
                     Err(failure) => Err(failure.into_bus("provisioning", shared.timeout)),
                 };
             }
@@ -184,7 +187,7 @@ async fn create_partition(
                     replication_too_large(index, spec, &api.to_string())
                 }
                 CreateStreamErrorKind::JetStream(api) => api_error(&what, &api),
-                _ => BusError::Backend(format!("{what}: {error}")),
+                _ => BusError::backend("nats", format!("{what}: {error}")),
             })
         }
     }
@@ -205,9 +208,10 @@ fn replication_too_large(index: usize, spec: &TopicSpec, server: &str) -> BusErr
 }
 
 fn foreign(stream: &str) -> BusError {
-    BusError::Backend(format!(
-        "stream {stream} exists but was not made by bus; pick another prefix or delete it"
-    ))
+    BusError::backend(
+        "nats",
+        format!("stream {stream} exists but was not made by bus; pick another prefix or delete it"),
+    )
 }
 
 /// Verifies every topic of `manifest` against the server first (so a

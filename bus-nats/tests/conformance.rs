@@ -57,7 +57,7 @@ impl NatsNamespace {
                     .await
                     .map(async_nats::jetstream::new)
             })
-            .map_err(|error| BusError::Backend(format!("raw connect: {error}")))?;
+            .map_err(|error| BusError::backend("nats", format!("raw connect: {error}")))?;
         self.raw = Some(raw.clone());
         Ok(raw)
     }
@@ -94,7 +94,7 @@ impl Namespace for NatsNamespace {
                     .await
             })
             .map(drop)
-            .map_err(|error| BusError::Backend(format!("raw publish: {error}")))
+            .map_err(|error| BusError::backend("nats", format!("raw publish: {error}")))
     }
 }
 

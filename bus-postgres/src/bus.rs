@@ -100,7 +100,7 @@ impl PostgresBus {
             .into_iter()
             .map(|slot| {
                 let (partition, offset) =
-                    slot.ok_or_else(|| BusError::Backend("publish returned no ack".to_owned()))?;
+                    slot.ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))?;
                 Ok(PublishAck {
                     topic: name.clone(),
                     partition,
@@ -125,7 +125,7 @@ impl PostgresBus {
         self.publish_records(topic, std::slice::from_ref(&record))?
             .into_iter()
             .next()
-            .ok_or_else(|| BusError::Backend("publish returned no ack".to_owned()))
+            .ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))
     }
 }
 

@@ -12,7 +12,8 @@ pub(crate) const BACKEND: &str = "postgres";
 pub(crate) fn pg(what: &str, error: &tokio_postgres::Error) -> BusError {
     match error.as_db_error() {
         Some(db) if !is_shutdown(db.code()) => {
-            BusError::Backend(format!("{what}: {} ({})", db.message(), db.code().code()))
+            let message = format!("{what}: {} ({})", db.message(), db.code().code());
+            BusError::backend_caused("postgres", message, db.clone())
         }
         _ => BusError::Unavailable {
             backend: BACKEND.to_owned(),

@@ -149,10 +149,13 @@ pub(crate) async fn offsets(
         .await
         .map_err(|e| pg("offsets", &e))?
         .ok_or_else(|| {
-            BusError::Backend(format!(
-                "topic {:?} has no counter row for partition {partition}",
-                topic.spec.name
-            ))
+            BusError::backend(
+                "postgres",
+                format!(
+                    "topic {:?} has no counter row for partition {partition}",
+                    topic.spec.name
+                ),
+            )
         })?;
     let next = number(row.get(0));
     let first = row.get::<_, Option<i64>>(1).map_or(next, number);

@@ -68,7 +68,7 @@ pub(crate) async fn append(
     }
     answer
         .await
-        .map_err(|_| BusError::Backend("the publish round was dropped".to_owned()))?
+        .map_err(|_| BusError::backend("postgres", "the publish round was dropped"))?
 }
 
 async fn flush(shared: Arc<Shared>, topic: Arc<Topic>, partition: u32, queue: Arc<Queue>) {
@@ -128,16 +128,17 @@ fn same_error(error: &BusError) -> BusError {
             backend: backend.clone(),
             reason: reason.clone(),
         },
-        other => BusError::Backend(other.to_string()),
+        other => BusError::backend("postgres", other.to_string()),
     }
 }
 
 fn sql_offset(offset: u64) -> Result<i64, BusError> {
-    i64::try_from(offset).map_err(|_| BusError::Backend("offset overflow".to_owned()))
+    i64::try_from(offset).map_err(|_| BusError::backend("postgres", "offset overflow"))
 }
 
 fn offset_of(value: i64) -> Result<u64, BusError> {
-    u64::try_from(value).map_err(|_| BusError::Backend(format!("negative offset {value}")))
+    u64::try_from(value)
+        .map_err(|_| BusError::backend("postgres", format!("negative offset {value}")))
 }
 
 /// Every record of `round` in one statement when none of its UIDs is stored
@@ -151,7 +152,7 @@ async fn commit_round(
     round: &[Request],
 ) -> Result<Vec<u64>, BusError> {
     let sql = &shared.sql;
-    let part = i32::try_from(partition).map_err(|_| BusError::Backend("partition".to_owned()))?;
+    let part = i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
     let client = shared.pool.get().await.map_err(pool)?;
     let records: Vec<&Prepared> = round.iter().flat_map(|r| &r.records).collect();
     let uids: Vec<&str> = records.iter().filter_map(|r| r.uid.as_deref()).collect();
@@ -192,7 +193,8 @@ async fn commit_round(
         values.push(record.value.as_slice());
         tags.push(record.tag.as_deref());
     }
-    let count = i64::try_from(keys.len()).map_err(|_| BusError::Backend("round size".into()))?;
+    let count =
+        i64::try_from(keys.len()).map_err(|_| BusError::backend("postgres", "round size"))?;
     let stored_at = sql_offset(now_ms())?;
     let append = client
         .prepare_cached(&sql.append)
@@ -219,10 +221,13 @@ async fn commit_round(
             let base = offset_of(row.get(0))?;
             Ok(relative.into_iter().map(|at| base + at).collect())
         }
-        Ok(None) => Err(BusError::Backend(format!(
-            "topic {:?} has no counter row for partition {partition}",
-            topic.spec.name
-        ))),
+        Ok(None) => Err(BusError::backend(
+            "postgres",
+            format!(
+                "topic {:?} has no counter row for partition {partition}",
+                topic.spec.name
+            ),
+        )),
         Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
             drop(client);
             commit_locked(shared, topic, partition, round).await
@@ -241,7 +246,7 @@ async fn commit_locked(
 ) -> Result<Vec<u64>, BusError> {
     let sql = &shared.sql;
     let name = &topic.spec.name;
-    let part = i32::try_from(partition).map_err(|_| BusError::Backend("partition".to_owned()))?;
+    let part = i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
     let mut client = shared.pool.get().await.map_err(pool)?;
     let tx = client
         .transaction()

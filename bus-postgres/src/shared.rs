@@ -69,7 +69,9 @@ impl Shared {
             .create_timeout(Some(options.timeout))
             .recycle_timeout(Some(options.timeout))
             .build()
-            .map_err(|error| BusError::Backend(format!("connection pool: {error}")))?;
+            .map_err(|error| {
+                BusError::backend_caused("postgres", format!("connection pool: {error}"), error)
+            })?;
         Ok(Self {
             tls,
             sql: Sql::new(&options.schema),

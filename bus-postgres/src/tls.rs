@@ -47,7 +47,7 @@ pub(crate) fn connector(files: &TlsFiles) -> Result<MakeRustlsConnect, BusError>
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| BusError::Backend(format!("TLS setup: {e}")))?
+        .map_err(|e| BusError::backend_caused("postgres", format!("TLS setup: {e}"), e))?
         .with_root_certificates(roots);
     let config = match (&files.cert, &files.key) {
         (None, None) => builder.with_no_client_auth(),

@@ -35,10 +35,13 @@ pub(crate) async fn check_version(
     let Some(row) = row else { return Ok(()) };
     let version: i64 = row.get(0);
     if version > SCHEMA_VERSION {
-        return Err(BusError::Backend(format!(
-            "schema {:?} has bus-postgres schema version {version}, newer than the version {SCHEMA_VERSION} this build understands; upgrade bus-postgres or use another schema (?schema=NAME)",
-            shared.sql.schema
-        )));
+        return Err(BusError::backend(
+            "postgres",
+            format!(
+                "schema {:?} has bus-postgres schema version {version}, newer than the version {SCHEMA_VERSION} this build understands; upgrade bus-postgres or use another schema (?schema=NAME)",
+                shared.sql.schema
+            ),
+        ));
     }
     Ok(())
 }
@@ -61,13 +64,18 @@ pub(crate) async fn lookup(
     };
     let Some(row) = row else { return Ok(None) };
     let number = |index: usize| -> Result<u64, BusError> {
-        u64::try_from(row.get::<_, i64>(index))
-            .map_err(|_| BusError::Backend(format!("topic {name:?}: negative column {index}")))
+        u64::try_from(row.get::<_, i64>(index)).map_err(|_| {
+            BusError::backend(
+                "postgres",
+                format!("topic {name:?}: negative column {index}"),
+            )
+        })
     };
     let mut spec = TopicSpec::new(
         name,
-        u32::try_from(row.get::<_, i32>(1))
-            .map_err(|_| BusError::Backend(format!("topic {name:?}: negative partitions")))?,
+        u32::try_from(row.get::<_, i32>(1)).map_err(|_| {
+            BusError::backend("postgres", format!("topic {name:?}: negative partitions"))
+        })?,
     );
     spec.retention_ms = row
         .get::<_, Option<i64>>(2)

@@ -39,7 +39,7 @@ impl PostgresNamespace {
             let (client, connection) = config
                 .connect(tokio_postgres::NoTls)
                 .await
-                .map_err(|error| BusError::Backend(format!("raw connect: {error}")))?;
+                .map_err(|error| BusError::backend("postgres", format!("raw connect: {error}")))?;
             tokio::spawn(connection);
             Ok(client)
         })
@@ -60,7 +60,8 @@ impl Namespace for PostgresNamespace {
     ) -> Result<(), BusError> {
         let client = self.raw()?;
         let s = format!("\"{}\"", self.options.schema);
-        let part = i32::try_from(partition).map_err(|_| BusError::Backend("partition".into()))?;
+        let part =
+            i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
         let raw = raw.clone();
         let topic = topic.to_owned();
         // Takes the next offset under the counter's row lock, as the bus
@@ -79,11 +80,11 @@ impl Namespace for PostgresNamespace {
             let inserted = client
                 .execute(&sql, &[&topic, &part, &raw.key, &raw.uid, &raw.value, &raw.tag])
                 .await
-                .map_err(|error| BusError::Backend(format!("raw insert: {error}")))?;
+                .map_err(|error| BusError::backend("postgres", format!("raw insert: {error}")))?;
             if inserted == 1 {
                 Ok(())
             } else {
-                Err(BusError::Backend(format!("raw insert stored {inserted} rows")))
+                Err(BusError::backend("postgres", format!("raw insert stored {inserted} rows")))
             }
         })
     }

@@ -179,7 +179,7 @@ pub fn run_trait_phases(
                 all.extend(
                     handle
                         .join()
-                        .map_err(|_| BusError::Backend("bench thread panicked".to_owned()))??,
+                        .map_err(|_| BusError::backend("bus", "bench thread panicked"))??,
                 );
             }
             Ok(all)
@@ -253,9 +253,10 @@ pub fn run_trait_phases(
         let got = bus.fetch(&topic("batch"), 0, offset, 1)?;
         latencies.push(start.elapsed());
         if got.first().map(|e| e.offset) != Some(offset) {
-            return Err(BusError::Backend(format!(
-                "bench: fetch({offset}) returned the wrong record"
-            )));
+            return Err(BusError::backend(
+                "bus",
+                format!("bench: fetch({offset}) returned the wrong record"),
+            ));
         }
     }
     rows.push(Row::new(backend, "random fetch(offset, 1)").latencies(&mut latencies));
@@ -278,7 +279,10 @@ pub fn run_trait_phases(
         let found = bus.find_event_by_uid(&topic("serial"), "k", uid)?;
         latencies.push(start.elapsed());
         if found.is_none() {
-            return Err(BusError::Backend(format!("bench: uid {uid} not found")));
+            return Err(BusError::backend(
+                "bus",
+                format!("bench: uid {uid} not found"),
+            ));
         }
     }
     rows.push(Row::new(backend, "find_event_by_uid").latencies(&mut latencies));
@@ -290,7 +294,8 @@ pub fn run_trait_phases(
         let got = bus.fetch(&topic("batch"), 0, start_end, 100)?;
         latencies.push(start.elapsed());
         if !got.is_empty() {
-            return Err(BusError::Backend(
+            return Err(BusError::backend(
+                "bus",
                 "bench: fetch at the end returned records".to_owned(),
             ));
         }

@@ -64,9 +64,10 @@ fn delivery_latency(
             for _ in 0..samples {
                 let item = match subscription.recv_timeout(Duration::from_secs(30)) {
                     Ok(Some(SubscriptionItem::Record { .. })) => Ok(Instant::now()),
-                    Ok(other) => Err(BusError::Backend(format!(
-                        "bench: expected a record, got {other:?}"
-                    ))),
+                    Ok(other) => Err(BusError::backend(
+                        "bus",
+                        format!("bench: expected a record, got {other:?}"),
+                    )),
                     Err(error) => Err(error),
                 };
                 let failed = item.is_err();
@@ -81,7 +82,7 @@ fn delivery_latency(
             acks.push(start.elapsed());
             let at = received
                 .recv()
-                .map_err(|_| BusError::Backend("bench: subscriber stopped".to_owned()))??;
+                .map_err(|_| BusError::backend("bus", "bench: subscriber stopped"))??;
             deliveries.push(at.duration_since(start));
         }
         Ok(())
@@ -119,14 +120,16 @@ fn fan_out(
                         match subscription.recv_timeout(Duration::from_secs(60))? {
                             Some(SubscriptionItem::Record { .. }) => seen += 1,
                             Some(other) => {
-                                return Err(BusError::Backend(format!(
-                                    "bench: unexpected {other:?}"
-                                )));
+                                return Err(BusError::backend(
+                                    "bus",
+                                    format!("bench: unexpected {other:?}"),
+                                ));
                             }
                             None => {
-                                return Err(BusError::Backend(format!(
-                                    "bench: a subscriber stalled after {seen} records"
-                                )));
+                                return Err(BusError::backend(
+                                    "bus",
+                                    format!("bench: a subscriber stalled after {seen} records"),
+                                ));
                             }
                         }
                     }
@@ -141,7 +144,7 @@ fn fan_out(
         for reader in readers {
             let done = reader
                 .join()
-                .map_err(|_| BusError::Backend("bench: subscriber panicked".to_owned()))??;
+                .map_err(|_| BusError::backend("bus", "bench: subscriber panicked"))??;
             last = last.max(done);
         }
         Ok(last.duration_since(start))
@@ -178,9 +181,10 @@ fn idle_cpu(
     let before = cpu_ticks();
     let start = Instant::now();
     if let Some(item) = subscription.recv_timeout(idle)? {
-        return Err(BusError::Backend(format!(
-            "bench: an idle subscription received {item:?}"
-        )));
+        return Err(BusError::backend(
+            "bus",
+            format!("bench: an idle subscription received {item:?}"),
+        ));
     }
     let ticks = cpu_ticks()
         .zip(before)

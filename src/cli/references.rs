@@ -197,12 +197,12 @@ fn nats_subscription_reference(
         raw.serial(&[event(i, settings.event_bytes)])?;
         let at = received
             .recv()
-            .map_err(|_| BusError::Backend("bench: raw push reader stopped".to_owned()))?;
+            .map_err(|_| BusError::backend("bus", "bench: raw push reader stopped"))?;
         deliveries.push(at.duration_since(start));
     }
     reader
         .join()
-        .map_err(|_| BusError::Backend("bench: raw push reader panicked".to_owned()))??;
+        .map_err(|_| BusError::backend("bus", "bench: raw push reader panicked"))??;
     drop(raw);
     let delivery = super::bench::Row::new("nats", "raw").latencies(&mut deliveries);
 
@@ -228,7 +228,7 @@ fn nats_subscription_reference(
     }
     let done = readers
         .join()
-        .map_err(|_| BusError::Backend("bench: raw push readers panicked".to_owned()))??;
+        .map_err(|_| BusError::backend("bus", "bench: raw push readers panicked"))??;
     let last = done.into_iter().max().unwrap_or(start);
     let fanout_rate = (records * FAN_OUT) as f64 / last.duration_since(start).as_secs_f64();
 

@@ -39,7 +39,7 @@ pub fn produce_raw(
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
-        .map_err(|e| BusError::Backend(e.to_string()))?;
+        .map_err(|e| BusError::backend("kafka", e.to_string()))?;
     let mut owned = OwnedHeaders::new();
     for (name, value) in headers {
         owned = owned.insert(Header {
@@ -54,10 +54,10 @@ pub fn produce_raw(
         .headers(owned);
     producer
         .send(record)
-        .map_err(|(e, _)| BusError::Backend(e.to_string()))?;
+        .map_err(|(e, _)| BusError::backend("kafka", e.to_string()))?;
     producer
         .flush(Duration::from_secs(10))
-        .map_err(|e| BusError::Backend(e.to_string()))
+        .map_err(|e| BusError::backend("kafka", e.to_string()))
 }
 
 /// Whether the cluster lists `topic` (an all-topics metadata request, which
