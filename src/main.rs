@@ -150,12 +150,14 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             compare,
             only,
             idle_secs,
+            replication_factor,
         } => {
             let settings = cli::bench::Settings {
                 records,
                 event_bytes,
                 threads,
                 samples,
+                replication: replication_factor,
             };
             cli::run_bench(
                 named_url.as_deref(),

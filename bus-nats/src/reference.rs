@@ -23,6 +23,11 @@ fn failed(what: &str, error: impl std::fmt::Display) -> BusError {
 impl RawNats {
     /// Connects to `servers` and creates the stream `name` afresh.
     pub fn new(servers: &[String], name: &str) -> Result<Self, BusError> {
+        Self::replicated(servers, name, 1)
+    }
+
+    /// [`RawNats::new`] with a stream of `replicas` replicas (on a cluster).
+    pub fn replicated(servers: &[String], name: &str, replicas: u16) -> Result<Self, BusError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -37,6 +42,7 @@ impl RawNats {
                 subjects: vec![format!("{name}.>")],
                 storage: stream::StorageType::File,
                 allow_direct: true,
+                num_replicas: usize::from(replicas.max(1)),
                 ..Default::default()
             })
             .await

@@ -168,6 +168,11 @@ pub enum Command {
         /// Seconds an idle subscription is watched for CPU use (0 skips it).
         #[arg(long, default_value_t = 10)]
         idle_secs: u64,
+        /// Replication factor of the bench topics and of the raw client's
+        /// streams/topics beside them: 3 on a 3-node cluster shows what
+        /// replication costs.
+        #[arg(long, default_value_t = 1)]
+        replication_factor: u16,
     },
     /// Run retention (embedded and memory; brokers expire natively).
     #[command(after_help = "Example: bus maintenance --now 1767225600000")]

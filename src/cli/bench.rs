@@ -19,6 +19,9 @@ pub struct Settings {
     pub threads: usize,
     /// Samples per latency phase.
     pub samples: usize,
+    /// Replication factor of the bench topics (and of the raw references'
+    /// streams and topics), for measuring a cluster's cost of replication.
+    pub replication: u16,
 }
 
 /// One measured figure.
@@ -131,11 +134,12 @@ pub fn run_trait_phases(
         event_bytes,
         threads,
         samples,
+        replication,
     } = settings;
     let topic = |phase: &str| format!("bench-{tag}-{phase}");
-    bus.provision(&Manifest::new(
-        ["serial", "threads", "batch"].map(|phase| TopicSpec::new(topic(phase), 1)),
-    ))?;
+    bus.provision(&Manifest::new(["serial", "threads", "batch"].map(
+        |phase| TopicSpec::new(topic(phase), 1).with_replication_factor(replication),
+    )))?;
     let mut rows = Vec::new();
 
     let bar = progress::bar(&format!("{backend}: serial publish"), Some(records as u64));

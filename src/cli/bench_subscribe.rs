@@ -24,9 +24,9 @@ pub fn run(
     idle: Duration,
 ) -> Result<Vec<Row>, BusError> {
     let topic = |phase: &str| format!("bench-{tag}-sub-{phase}");
-    bus.provision(&Manifest::new(
-        ["latency", "fanout", "idle"].map(|phase| TopicSpec::new(topic(phase), 1)),
-    ))?;
+    bus.provision(&Manifest::new(["latency", "fanout", "idle"].map(|phase| {
+        TopicSpec::new(topic(phase), 1).with_replication_factor(settings.replication)
+    })))?;
     let mut rows = vec![delivery_latency(bus, backend, &topic("latency"), settings)?];
     rows.push(fan_out(bus, backend, &topic("fanout"), settings)?);
     if !idle.is_zero() {

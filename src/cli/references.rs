@@ -46,7 +46,9 @@ fn kafka_reference(
     let brokers = url.trim_start_matches("kafka://");
     let brokers = brokers.split('?').next().unwrap_or(brokers);
     let topic = format!("bench-{tag}-raw");
-    bus.provision(&bus::Manifest::new([bus::TopicSpec::new(topic.clone(), 1)]))?;
+    bus.provision(&bus::Manifest::new([
+        bus::TopicSpec::new(topic.clone(), 1).with_replication_factor(settings.replication)
+    ]))?;
     let raw = bus_kafka::reference::RawKafka::new(brokers, &topic)?;
     let serial: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
@@ -88,7 +90,9 @@ fn postgres_reference(
         .map(|i| event(i, settings.event_bytes))
         .collect();
     let topic = format!("bench-{tag}-raw");
-    bus.provision(&bus::Manifest::new([bus::TopicSpec::new(topic.clone(), 1)]))?;
+    bus.provision(&bus::Manifest::new([
+        bus::TopicSpec::new(topic.clone(), 1).with_replication_factor(settings.replication)
+    ]))?;
     let mut raw = bus_postgres::reference::RawPostgres::new(url, &topic)?;
     let start = Instant::now();
     raw.serial(&events)?;
@@ -130,12 +134,20 @@ fn nats_reference(
     let events: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
         .collect();
-    let serial = bus_nats::reference::RawNats::new(&servers, &format!("bench-{tag}-raw-serial"))?;
+    let serial = bus_nats::reference::RawNats::replicated(
+        &servers,
+        &format!("bench-{tag}-raw-serial"),
+        settings.replication,
+    )?;
     let start = Instant::now();
     serial.serial(&events)?;
     let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
     drop(serial);
-    let batch = bus_nats::reference::RawNats::new(&servers, &format!("bench-{tag}-raw-batch"))?;
+    let batch = bus_nats::reference::RawNats::replicated(
+        &servers,
+        &format!("bench-{tag}-raw-batch"),
+        settings.replication,
+    )?;
     let start = Instant::now();
     batch.batch(&events)?;
     let batch_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
@@ -175,7 +187,11 @@ fn nats_subscription_reference(
     use bus_nats::reference::{RawNats, spawn_push_readers};
 
     let samples = settings.samples.max(10);
-    let raw = RawNats::new(servers, &format!("bench-{tag}-raw-delivery"))?;
+    let raw = RawNats::replicated(
+        servers,
+        &format!("bench-{tag}-raw-delivery"),
+        settings.replication,
+    )?;
     let (receipts, received) = mpsc::channel::<Instant>();
     let receipts = Mutex::new(receipts);
     let reader = spawn_push_readers(
@@ -207,7 +223,11 @@ fn nats_subscription_reference(
     let delivery = super::bench::Row::new("nats", "raw").latencies(&mut deliveries);
 
     let records = settings.records.max(1_000) / 1_000 * 1_000;
-    let raw = RawNats::new(servers, &format!("bench-{tag}-raw-fanout"))?;
+    let raw = RawNats::replicated(
+        servers,
+        &format!("bench-{tag}-raw-fanout"),
+        settings.replication,
+    )?;
     let readers = spawn_push_readers(
         servers,
         raw.name(),
