@@ -32,7 +32,7 @@ impl RawNats {
             .enable_all()
             .build()?;
         let js = runtime.block_on(async {
-            let client = async_nats::connect(servers.join(","))
+            let client = async_nats::connect(servers)
                 .await
                 .map_err(|e| failed("connect", e))?;
             let js = jetstream::new(client);
@@ -166,7 +166,7 @@ pub fn spawn_push_readers(
     count: usize,
     on_message: OnMessage,
 ) -> Result<PushReaders, BusError> {
-    let (servers, stream) = (servers.join(","), stream.to_owned());
+    let (servers, stream) = (servers.to_vec(), stream.to_owned());
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), BusError>>(1);
     let thread = std::thread::Builder::new()
         .name("raw-nats-push".to_owned())
