@@ -44,7 +44,8 @@ impl SegmentIndex {
 #[derive(Debug, Default)]
 pub(crate) struct UidIndex {
     first: UidMap,
-    more: HashMap<String, Vec<u64>, fnv::FnvBuildHasher>,
+    /// std's keyed hash: UIDs are chosen by callers (no HashDoS).
+    more: HashMap<String, Vec<u64>>,
 }
 
 impl UidIndex {

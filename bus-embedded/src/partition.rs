@@ -484,7 +484,7 @@ impl Partition {
                 .collect();
         }
         let mut next = writer.next;
-        let mut fresh: HashMap<&str, u64, fnv::FnvBuildHasher> = HashMap::default();
+        let mut fresh: HashMap<&str, u64> = HashMap::default();
         let mut new_uids = Vec::new();
         let mut to_write: Vec<&NewRecord> = Vec::new();
         let mut results = Vec::with_capacity(round.len());

@@ -12,7 +12,7 @@
 //! exactly: never a hash-only match. Longer UIDs go to an ordinary map.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
+use std::hash::BuildHasher;
 
 /// UID bytes a slot holds inline.
 pub(crate) const INLINE: usize = 23;
@@ -47,7 +47,11 @@ pub(crate) struct UidMap {
     /// Occupied slots.
     len: usize,
     /// UIDs that do not fit a slot (longer than [`INLINE`], or empty).
-    spill: HashMap<Box<[u8]>, u64, fnv::FnvBuildHasher>,
+    spill: HashMap<Box<[u8]>, u64>,
+    /// Random keys of this map's hash: UIDs are chosen by callers, and
+    /// with a known hash a caller could pick UIDs that all collide and make
+    /// every publish probe the whole table (HashDoS).
+    keys: std::hash::RandomState,
 }
 
 impl std::fmt::Debug for UidMap {
@@ -63,12 +67,10 @@ fn inline(uid: &[u8]) -> bool {
     !uid.is_empty() && uid.len() <= INLINE
 }
 
-/// FNV-1a, then a multiply-xorshift finish so that the top bits, which
-/// pick the slot, depend on every byte (UIDs are often a counter).
-fn hash(uid: &[u8]) -> u64 {
-    let mut fnv = fnv::FnvHasher::default();
-    fnv.write(uid);
-    let mut h = fnv.finish();
+/// The keyed hash (SipHash with `keys`), then a multiply-xorshift finish
+/// so that the top bits, which pick the slot, depend on every byte.
+fn hash(keys: &std::hash::RandomState, uid: &[u8]) -> u64 {
+    let mut h = keys.hash_one(uid);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -82,18 +84,18 @@ impl UidMap {
     }
 
     /// The home slot of `uid` in a table of `slots` (a power of two).
-    fn home(uid: &[u8], slots: usize) -> usize {
+    fn home(keys: &std::hash::RandomState, uid: &[u8], slots: usize) -> usize {
         let bits = slots.trailing_zeros();
         if bits == 0 {
             return 0;
         }
-        usize::try_from(hash(uid) >> (64 - bits)).unwrap_or(0)
+        usize::try_from(hash(keys, uid) >> (64 - bits)).unwrap_or(0)
     }
 
     /// The slot holding `uid`, or the empty slot where it would go.
     fn find(&self, uid: &[u8]) -> usize {
         let mask = self.slots.len() - 1;
-        let mut at = Self::home(uid, self.slots.len());
+        let mut at = Self::home(&self.keys, uid, self.slots.len());
         loop {
             let slot = &self.slots[at];
             if slot.len == 0 || slot.holds(uid) {
@@ -152,7 +154,7 @@ impl UidMap {
         let mask = size - 1;
         for slot in old.into_iter().filter(|slot| slot.len != 0) {
             let uid = &slot.bytes[..usize::from(slot.len)];
-            let mut at = Self::home(uid, size);
+            let mut at = Self::home(&self.keys, uid, size);
             while self.slots[at].len != 0 {
                 at = (at + 1) & mask;
             }
