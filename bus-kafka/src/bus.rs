@@ -146,7 +146,7 @@ impl EventBus for KafkaBus {
         let core = &self.core;
         let mut registry = lock(&core.registry);
         // On a failed refresh, the last known set.
-        let _ = registry.refresh(&core.options, &core.pool.meta, self.deadline());
+        let _ = registry.refresh(&core.options, &core.pool.meta(), self.deadline());
         registry.entries().keys().cloned().collect()
     }
 
@@ -170,7 +170,7 @@ impl EventBus for KafkaBus {
         bus_core::validate_topic(topic)?;
         let core = &self.core;
         let mut registry = lock(&core.registry);
-        registry.refresh(&core.options, &core.pool.meta, self.deadline())?;
+        registry.refresh(&core.options, &core.pool.meta(), self.deadline())?;
         registry
             .cached(topic)
             .map(|entry| Some(entry.spec.clone()))

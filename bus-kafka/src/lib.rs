@@ -178,7 +178,7 @@ impl KafkaBus {
             }),
         };
         let core = &bus.core;
-        lock(&core.registry).refresh(&core.options, &core.pool.meta, bus.deadline())?;
+        lock(&core.registry).refresh(&core.options, &core.pool.meta(), bus.deadline())?;
         Ok(bus)
     }
 
@@ -231,7 +231,7 @@ impl KafkaBus {
         }
         let core = &self.core;
         let mut registry = lock(&core.registry);
-        registry.refresh(&core.options, &core.pool.meta, self.deadline())?;
+        registry.refresh(&core.options, &core.pool.meta(), self.deadline())?;
         registry
             .cached(topic)
             .cloned()

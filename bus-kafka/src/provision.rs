@@ -124,7 +124,7 @@ pub(crate) fn provision(
 ) -> Result<(), BusError> {
     manifest.validate()?;
     let mut registry = lock(&core.registry);
-    registry.refresh(&core.options, &core.pool.meta, deadline)?;
+    registry.refresh(&core.options, &core.pool.meta(), deadline)?;
     let existing = list_topics(&core.options, core.admin.inner(), deadline)?;
     let mut missing: Vec<&TopicSpec> = Vec::new();
     let mut record: Vec<Entry> = Vec::new();
@@ -233,7 +233,7 @@ pub(crate) fn delete_topics(
     deadline: Instant,
 ) -> Result<(), BusError> {
     let mut registry = lock(&core.registry);
-    registry.refresh(&core.options, &core.pool.meta, deadline)?;
+    registry.refresh(&core.options, &core.pool.meta(), deadline)?;
     let kafka: Vec<String> = names
         .iter()
         .filter_map(|name| registry.cached(name).map(|entry| entry.kafka_topic.clone()))

@@ -60,7 +60,8 @@ struct Slot {
 /// would wait out `fetch.wait.max.ms`.
 pub(crate) struct Pool {
     slots: Mutex<PoolState>,
-    pub(crate) meta: Reader,
+    /// Replaced when its queries keep failing (see [`Pool::watermarks`]).
+    meta: Mutex<Arc<Reader>>,
 }
 
 #[derive(Default)]
@@ -74,8 +75,28 @@ impl Pool {
     pub(crate) fn new(options: &KafkaOptions) -> Result<Self, BusError> {
         Ok(Self {
             slots: Mutex::default(),
-            meta: client::reader(options)?,
+            meta: Mutex::new(Arc::new(client::reader(options)?)),
         })
+    }
+
+    /// The query consumer.
+    pub(crate) fn meta(&self) -> Arc<Reader> {
+        Arc::clone(&lock(&self.meta))
+    }
+
+    /// Replaces the query consumer `failed` (unless another caller did
+    /// already): after a clean broker restart librdkafka can keep taking a
+    /// partition it saw without a leader for unknown, refreshes included,
+    /// while a new client sees it at once.
+    fn replace_meta(&self, options: &KafkaOptions, failed: &Arc<Reader>) {
+        let Ok(fresh) = client::reader(options) else {
+            return;
+        };
+        let mut meta = lock(&self.meta);
+        if Arc::ptr_eq(&meta, failed) {
+            tracing::warn!("kafka: the query consumer kept failing; replaced by a new one");
+            *meta = Arc::new(fresh);
+        }
     }
 
     fn slot(
@@ -130,7 +151,17 @@ impl Pool {
         partition: i32,
         deadline: Instant,
     ) -> Result<(u64, u64), BusError> {
-        watermarks(options, &self.meta, topic, partition, deadline)
+        // Half the time left through the query consumer; if that fails
+        // retryably, the rest through a new one.
+        let meta = self.meta();
+        let first = Instant::now() + remaining(deadline) / 2;
+        match watermarks(options, &meta, topic, partition, first) {
+            Err(error) if error.is_transient() && Instant::now() < deadline => {
+                self.replace_meta(options, &meta);
+                watermarks(options, &self.meta(), topic, partition, deadline)
+            }
+            done => done,
+        }
     }
 
     /// The first offset whose timestamp is at or after `timestamp_ms`, or
@@ -146,22 +177,20 @@ impl Pool {
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, Offset::Offset(timestamp_ms))
             .map_err(|error| map_error(options, "offsets_for_times", error))?;
+        let meta = self.meta();
         let found = client::retry(
             options,
             "offsets_for_times",
             deadline,
-            self.meta.client(),
-            || {
-                self.meta
-                    .offsets_for_times(list.clone(), remaining(deadline).min(STALL * 4))
-            },
+            meta.client(),
+            || meta.offsets_for_times(list.clone(), remaining(deadline).min(STALL * 4)),
         )?;
         let offset = found
             .find_partition(topic, partition)
             .map(|elem| elem.offset());
         match offset {
             Some(Offset::Offset(offset)) => Ok(u64::try_from(offset).unwrap_or(0)),
-            _ => Ok(watermarks(options, &self.meta, topic, partition, deadline)?.1),
+            _ => Ok(self.watermarks(options, topic, partition, deadline)?.1),
         }
     }
 
@@ -217,7 +246,7 @@ impl Pool {
         let sequential = slot.next == Some(from) && from < slot.high;
         let mut next = from;
         if !sequential {
-            let (low, high) = watermarks(options, &self.meta, topic, partition, deadline)?;
+            let (low, high) = self.watermarks(options, topic, partition, deadline)?;
             slot.high = high;
             next = from.max(low);
             if next >= high {
@@ -258,7 +287,7 @@ impl Pool {
                     if quiet_since.elapsed() >= STALL {
                         // Records may have expired under the consumer.
                         if let Ok((low, high)) =
-                            watermarks(options, &self.meta, topic, partition, deadline)
+                            self.watermarks(options, topic, partition, deadline)
                         {
                             slot.high = high;
                             if next < low && out.is_empty() {
