@@ -87,7 +87,13 @@ fn a_subscription_reports_the_outage_and_resumes_without_gap_or_duplicate() {
         let ack = poll_until(
             "the broker to take a publish",
             Duration::from_secs(120),
-            || bus.publish(topic, "k", &json!({ "n": n })).ok(),
+            // With a UID: a publish that timed out while the broker came
+            // back may still be stored, and the retry must not store it
+            // twice.
+            || {
+                bus.publish_idempotent(topic, "k", &json!({ "n": n }), &format!("after-{n}"))
+                    .ok()
+            },
         );
         acked.push(ack.offset);
     }
