@@ -2,6 +2,7 @@
 //! It is the reference the suite is proven on, and what users put in their
 //! own unit tests.
 
+use bus_core::sync::read;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -234,11 +235,6 @@ impl Partition {
             .front()
             .map_or(self.next_offset, |record| record.offset)
     }
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl EventBus for MemoryBus {

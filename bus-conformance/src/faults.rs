@@ -4,6 +4,7 @@
 //! the checks that every acked record is stored exactly once at its acked
 //! offset, and the figures each test prints.
 
+pub use bus_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,14 +90,6 @@ pub fn uid(thread: usize, seq: usize) -> String {
 
 fn value(thread: usize, seq: usize) -> serde_json::Value {
     json!({ "t": thread, "i": seq })
-}
-
-/// A mutex's guard, poisoned or not (a publisher's failed assert must not
-/// hide the log).
-pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Publishes record `seq` of `thread` on `topic` until acked.
@@ -308,4 +301,44 @@ pub fn drain_subscription(subscription: &mut Subscription, stored: usize, wait: 
 /// Prints a test's figures on one `cluster-fault` line.
 pub fn report(backend: &str, test: &str, fields: &str) {
     eprintln!("cluster-fault {backend} {test}: {fields}");
+}
+
+/// Publishes `value` with `uid` twice while the cluster cannot take it:
+/// each attempt must fail retryably (`Unavailable` or `Timeout`) within
+/// `timeout` + 1 s, never with an ack. Returns the slowest attempt.
+///
+/// # Panics
+/// When an attempt is acked, fails otherwise, or takes longer.
+pub fn assert_refused_in_time(
+    bus: &dyn EventBus,
+    topic: &str,
+    value: &serde_json::Value,
+    uid: &str,
+    timeout: Duration,
+) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for attempt in 0..2 {
+        let begun = Instant::now();
+        let result = bus.publish_idempotent(topic, "k", value, uid);
+        let took = begun.elapsed();
+        slowest = slowest.max(took);
+        match result {
+            Err(error) => {
+                assert!(error.is_transient(), "attempt {attempt}: {error}");
+                assert!(
+                    matches!(
+                        error,
+                        bus_core::BusError::Unavailable { .. } | bus_core::BusError::Timeout { .. }
+                    ),
+                    "attempt {attempt}: {error:?}"
+                );
+            }
+            Ok(ack) => panic!("acked {ack:?} with two of three nodes down"),
+        }
+        assert!(
+            took <= timeout + Duration::from_secs(1),
+            "attempt {attempt} took {took:?}"
+        );
+    }
+    slowest
 }

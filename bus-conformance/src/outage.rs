@@ -3,6 +3,7 @@
 //! calling one bus while the test stops and restarts its own broker; every
 //! failed call is kept with how long it took, every ack with its value.
 
+use bus_core::sync::lock;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -202,12 +203,6 @@ impl Drop for Finish<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Release);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Runs `publishers` publishing threads (the odd ones in batches) and one thread reading every

@@ -26,6 +26,7 @@ mod prepare;
 pub mod record;
 mod secrets;
 pub mod subscription;
+pub mod sync;
 
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};

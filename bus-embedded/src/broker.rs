@@ -1,6 +1,7 @@
 //! The bus: the directory lock, the topic registry, provisioning, and the
 //! `EventBus` methods that route to partitions.
 
+use bus_core::sync::{read, write};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::OpenOptionsExt;
@@ -57,16 +58,6 @@ pub(crate) struct Inner {
 struct Flusher {
     stop: mpsc::Sender<()>,
     thread: JoinHandle<()>,
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl EmbeddedBus {

@@ -6,6 +6,7 @@
 //! offsets, writes one batch of frames, fsyncs once and acks the whole round. Records
 //! become visible to fetch (and their UIDs to dedup) only after that.
 
+pub(crate) use bus_core::sync::lock;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
@@ -266,12 +267,6 @@ pub(crate) struct Partition {
     pub(crate) acked: OnceLock<AckedEnd>,
     /// Open files of recently read sealed segments.
     pub(crate) sealed_files: Mutex<FileCache>,
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Partition {

@@ -27,6 +27,7 @@
 //! pages from there while they are flagged as overflowed. The format
 //! depends on that hash: changing it means a new magic.
 
+use bus_core::sync::{read, write};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -765,14 +766,4 @@ impl SealedUids {
         *write(&self.state) = state;
         Ok(self)
     }
-}
-
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -3,6 +3,7 @@
 //! caller replays sequentially. Reads stop at the high watermark, so a fetch
 //! at the end returns at once instead of long-polling.
 
+pub(crate) use bus_core::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -381,10 +382,4 @@ pub(crate) fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
         tag,
         timestamp: message.timestamp().to_millis(),
     }
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
