@@ -34,14 +34,27 @@ pub fn poll_until<T>(
 /// # Panics
 /// On a fetch error or a page that does not continue the previous one.
 pub fn fetch_all(bus: &dyn EventBus, topic: &str, partition: u32, from: u64) -> Vec<StoredEvent> {
+    try_fetch_all(bus, topic, partition, from)
+        .unwrap_or_else(|error| panic!("fetch {topic}/{partition} from {from}: {error}"))
+}
+
+/// [`fetch_all`], returning the first fetch error (for reads that may meet
+/// a transient error and be retried).
+///
+/// # Panics
+/// On a page that does not continue the previous one.
+pub fn try_fetch_all(
+    bus: &dyn EventBus,
+    topic: &str,
+    partition: u32,
+    from: u64,
+) -> Result<Vec<StoredEvent>, bus_core::BusError> {
     let mut out: Vec<StoredEvent> = Vec::new();
     let mut offset = from;
     loop {
-        let page = bus
-            .fetch(topic, partition, offset, 100)
-            .unwrap_or_else(|error| panic!("fetch {topic}/{partition}@{offset}: {error}"));
+        let page = bus.fetch(topic, partition, offset, 100)?;
         let Some(last) = page.last() else {
-            return out;
+            return Ok(out);
         };
         assert!(page[0].offset >= offset, "fetch went backwards");
         offset = last.offset + 1;

@@ -22,7 +22,7 @@ use bus_conformance::faults::{
     Publisher, assert_refused_in_time, check_stored, drain_subscription, lock, retry_acked,
     wait_acks, with_publishers,
 };
-use bus_conformance::util::{assert_contiguous, fetch_all, poll_until};
+use bus_conformance::util::{assert_contiguous, poll_until, try_fetch_all};
 use bus_core::{BusError, EventBus, Manifest, Selector, StartAt, SubscribeOptions, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
 use common::{free_port, server_binary_or_skip};
@@ -369,7 +369,13 @@ fn two_of_three_killed() {
             .ok()
     });
     let recovered = back.elapsed();
-    let events = fetch_all(&bus, TOPIC, 0, 0);
+    // The cluster may still answer "temporarily unavailable" (a transient
+    // error) for a moment after the first ack; a reader retries those.
+    let events = poll_until("the partition to read back", WAIT, || {
+        try_fetch_all(&bus, TOPIC, 0, 0)
+            .inspect_err(|error| assert!(error.is_transient(), "{error}"))
+            .ok()
+    });
     assert_contiguous(&events);
     let stored = events
         .iter()
