@@ -128,6 +128,9 @@ pub enum BusError {
         backend: String,
         /// Why, without secrets.
         reason: String,
+        /// The client's or the OS's own error, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
     /// The data directory is in use by another bus (process or instance).
     #[error(
@@ -147,15 +150,26 @@ pub enum BusError {
     },
     /// A partition refuses writes after a failed write or fsync.
     #[error(
-        "topic {topic:?} partition {partition} is poisoned after a failed {cause}; reopen the bus to recover"
+        "topic {topic:?} partition {partition} is poisoned after a failed {cause}; {fix}",
+        fix = if *disk_full {
+            "the disk is full: free space, then reopen the bus"
+        } else {
+            "reopen the bus to recover"
+        }
     )]
     Poisoned {
         /// Topic concerned.
         topic: String,
         /// Partition concerned.
         partition: u32,
-        /// The failure that poisoned it.
+        /// The failure that poisoned it (`write: ...`, `fsync: ...`).
         cause: String,
+        /// Whether the failure was a full disk (or quota): freeing space
+        /// is the fix, where any other I/O failure may mean a bad device.
+        disk_full: bool,
+        /// The OS error (a copy for every call the poisoning answers).
+        #[source]
+        source: Option<std::io::Error>,
     },
     /// The backend does not support the operation.
     #[error("{operation} is not supported by the {backend} backend")]
@@ -207,6 +221,29 @@ impl BusError {
         Self::Backend {
             backend: backend.to_owned(),
             message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A [`BusError::Unavailable`] with no underlying error.
+    pub fn unavailable(backend: &str, reason: impl Into<String>) -> Self {
+        Self::Unavailable {
+            backend: backend.to_owned(),
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// A [`BusError::Unavailable`] caused by `source` (a client library's or
+    /// the OS's error), which [`std::error::Error::source`] then returns.
+    pub fn unavailable_caused(
+        backend: &str,
+        reason: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self::Unavailable {
+            backend: backend.to_owned(),
+            reason: reason.into(),
             source: Some(source.into()),
         }
     }
@@ -290,10 +327,7 @@ mod tests {
                 operation: text(),
                 after_ms: 1,
             },
-            BusError::Unavailable {
-                backend: text(),
-                reason: text(),
-            },
+            BusError::unavailable("x", text()),
             BusError::Locked { path: "d".into() },
             BusError::ReadOnly {
                 operation: text(),
@@ -303,6 +337,8 @@ mod tests {
                 topic: text(),
                 partition: 0,
                 cause: text(),
+                disk_full: true,
+                source: None,
             },
             BusError::Unsupported {
                 operation: text(),
@@ -356,6 +392,16 @@ mod tests {
         let source = error.source().expect("a source");
         assert_eq!(source.to_string(), "peer went away");
         assert!(BusError::backend("bus", "no cause").source().is_none());
+
+        let cause = std::io::Error::new(ErrorKind::ConnectionRefused, "nobody listens");
+        let error = BusError::unavailable_caused("kafka", "fetching metadata", cause);
+        assert_eq!(error.to_string(), "kafka unavailable: fetching metadata");
+        assert_eq!(
+            error.source().expect("a source").to_string(),
+            "nobody listens"
+        );
+        assert!(error.is_transient());
+        assert!(BusError::unavailable("nats", "down").source().is_none());
     }
 
     #[test]

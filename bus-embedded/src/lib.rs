@@ -48,6 +48,7 @@ pub mod fuzzing;
 mod index;
 mod options;
 mod partition;
+mod poison;
 mod readonly;
 mod recovery;
 mod retention;

@@ -23,6 +23,7 @@ use crate::acked::AckedEnd;
 use crate::frame::{self, NewRecord};
 use crate::index::{SegmentIndex, UidIndex};
 use crate::options::{Durability, Options};
+use crate::poison::Poison;
 
 /// Record bytes one writer round takes at most (it always takes one
 /// request), so an oversized request never shares a frame with others.
@@ -136,7 +137,7 @@ pub(crate) struct WriterState {
     /// at a clean close), if any.
     pub hinted_len: Option<u64>,
     /// Set by a failed write or fsync; the partition refuses writes until reopen.
-    pub poisoned: Option<String>,
+    pub poisoned: Option<Poison>,
     /// Bytes written but not yet fsynced ([`Durability::Interval`]).
     pub dirty: bool,
     /// Length of the active segment's file: the frames, then zeros
@@ -232,10 +233,10 @@ impl Drop for Round<'_> {
         if self.finished {
             return;
         }
-        let cause = "the writer panicked".to_owned();
-        lock(&self.partition.writer)
+        let cause = lock(&self.partition.writer)
             .poisoned
-            .get_or_insert_with(|| cause.clone());
+            .get_or_insert_with(|| Poison::note("the writer panicked"))
+            .clone();
         for request in &self.requests {
             if !Arc::ptr_eq(&request.slot, self.own) {
                 request
@@ -305,12 +306,8 @@ impl Partition {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(crate) fn poisoned_error(&self, cause: &str) -> BusError {
-        BusError::Poisoned {
-            topic: self.topic.clone(),
-            partition: self.id,
-            cause: cause.to_owned(),
-        }
+    pub(crate) fn poisoned_error(&self, cause: &Poison) -> BusError {
+        cause.error(&self.topic, self.id)
     }
 
     /// Appends `records` as one frame (sharing a writer round with other
@@ -583,15 +580,15 @@ impl Partition {
         let files = &self.options.files;
         files
             .write_all_at(&writer.file, &bytes, writer.pos)
-            .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+            .map_err(|e| WriteError::Failed(Poison::io("write", e)))?;
         let allocated = writer.allocated;
         self.zero_ahead(writer, writer.pos + len, len)
-            .map_err(|e| WriteError::Failed(format!("write: {e}")))?;
+            .map_err(|e| WriteError::Failed(Poison::io("write", e)))?;
         let extended = writer.allocated > allocated.max(writer.pos + len);
         match self.options.durability {
             Durability::Sync => files
                 .sync_data(&writer.file)
-                .map_err(|e| WriteError::Failed(format!("fsync: {e}")))?,
+                .map_err(|e| WriteError::Failed(Poison::io("fsync", e)))?,
             Durability::Interval(_) => writer.dirty = true,
         }
         let pos = writer.pos;
@@ -768,7 +765,7 @@ enum WriteError {
     /// Nothing was written (the batch cannot be framed).
     Refused(String),
     /// A write or fsync failed: poison.
-    Failed(String),
+    Failed(Poison),
 }
 
 fn take_round(pending: &mut Vec<Request>) -> Vec<Request> {

@@ -16,6 +16,7 @@ use crate::acked::{AckedEnd, Limit};
 use crate::index::{self, SegmentIndex};
 use crate::options::Options;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState, lock};
+use crate::poison::Poison;
 use crate::segment::{self, FrameReader, IDX, LOG, UIDS};
 use crate::uidtable::Table;
 
@@ -41,7 +42,7 @@ pub(crate) fn open_partition(
         active_uids: Vec::new(),
         active_prefix: None,
         hinted_len: None,
-        poisoned: Some(READ_ONLY.to_owned()),
+        poisoned: Some(Poison::note(READ_ONLY)),
         dirty: false,
         allocated: 0,
         recovery_point: None,

@@ -8,6 +8,7 @@ use bus_core::BusError;
 use crate::fsutil;
 use crate::index::{self, SegmentIndex, UidIndex};
 use crate::partition::{Partition, SegmentMeta, WriterState, lock};
+use crate::poison::Poison;
 use crate::recovery::create_segment;
 use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, UIDS};
 use crate::uidtable::SealedUids;
@@ -20,7 +21,7 @@ impl Partition {
         writer: &mut WriterState,
         frame_len: u64,
         now: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Poison> {
         if writer.pos == 0 {
             return Ok(());
         }
@@ -42,7 +43,7 @@ impl Partition {
 
     /// Seals the active segment and starts an empty one at the next offset.
     /// Errors are I/O failures the caller poisons the partition with.
-    pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), String> {
+    pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), Poison> {
         // A sealed segment ends with its last frame: the zeros written
         // ahead go before its indexes are written.
         let trimmed = writer.allocated > writer.pos;
@@ -50,14 +51,14 @@ impl Partition {
             self.options
                 .files
                 .set_len(&writer.file, writer.pos)
-                .map_err(|e| format!("truncate: {e}"))?;
+                .map_err(|e| Poison::io("truncate", e))?;
             writer.allocated = writer.pos;
         }
         if writer.dirty || trimmed {
             self.options
                 .files
                 .sync_data(&writer.file)
-                .map_err(|e| format!("fsync: {e}"))?;
+                .map_err(|e| Poison::io("fsync", e))?;
             writer.dirty = false;
         }
         let sealed: SegmentIndex = self
@@ -69,18 +70,18 @@ impl Partition {
         let base = writer.base;
         let seal = |ext: &str, bytes: Vec<u8>| {
             fsutil::write_atomic(&segment::path(&self.dir, base, ext), &bytes)
-                .map_err(|e| format!("sealing segment {base}: {e}"))
+                .map_err(|e| Poison::io(&format!("sealing segment {base}"), e))
         };
         seal(IDX, index::encode_index(base, &sealed))?;
         let uids = SealedUids::new(&self.dir, base, sealed.end, sealed.len, &self.options)
-            .store(writer.sealed_uids()?)
-            .map_err(|e| format!("sealing segment {base}: {e}"))?;
+            .store(writer.sealed_uids().map_err(Poison::note)?)
+            .map_err(|e| Poison::bus(&format!("sealing segment {base}"), e))?;
         // What a clean close left for the active segment is superseded.
         for ext in [CLOSED_IDX, CLOSED_UIDS] {
             let _ = std::fs::remove_file(segment::path(&self.dir, base, ext));
         }
         let next = writer.next;
-        let file = create_segment(&self.dir, next).map_err(|e| format!("roll: {e}"))?;
+        let file = create_segment(&self.dir, next).map_err(|e| Poison::bus("roll", e))?;
         let file = Arc::new(file);
         {
             let mut read = self.read_mut();
@@ -110,7 +111,7 @@ impl Partition {
         writer.active_prefix = None;
         // The sealed segments are complete; so is the new one, empty.
         self.store_point(writer)
-            .map_err(|e| format!("recovery point: {e}"))?;
+            .map_err(|e| Poison::io("recovery point", e))?;
         Ok(())
     }
 
@@ -183,7 +184,7 @@ impl Partition {
             return Ok(());
         }
         if let Err(error) = self.options.files.sync_data(&writer.file) {
-            let cause = format!("fsync: {error}");
+            let cause = Poison::io("fsync", error);
             writer.poisoned = Some(cause.clone());
             return Err(self.poisoned_error(&cause));
         }

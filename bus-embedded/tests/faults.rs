@@ -138,3 +138,49 @@ fn interval_durability_acks_and_flushes_on_close() {
     assert_eq!(events.len(), 30);
     assert_gap_free(&events);
 }
+
+/// Fails every fdatasync with the OS error `errno`.
+#[derive(Debug)]
+struct SyncFails(i32);
+
+impl FileLayer for SyncFails {
+    fn write_all_at(&self, file: &File, buf: &[u8], pos: u64) -> std::io::Result<()> {
+        file.write_all_at(buf, pos)
+    }
+
+    fn sync_data(&self, _file: &File) -> std::io::Result<()> {
+        Err(std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+/// What a caller sees when the disk fills (ENOSPC) and when the device
+/// fails (EIO): both poison, only the first says a full disk, and both
+/// keep the OS error as their source.
+#[test]
+fn a_full_disk_is_told_from_a_failing_device() {
+    use std::error::Error as _;
+    for (errno, full) in [(libc_enospc(), true), (5, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        provision(&open(dir.path()), 1);
+        let options = Options::default().file_layer(Arc::new(SyncFails(errno)));
+        let bus = EmbeddedBus::open_with(dir.path(), options).unwrap();
+        for attempt in 0..2 {
+            let error = bus.publish(TOPIC, "k", &value_for("x", 0)).unwrap_err();
+            let BusError::Poisoned { disk_full, .. } = &error else {
+                panic!("errno {errno}, attempt {attempt}: {error:?}");
+            };
+            assert_eq!(*disk_full, full, "errno {errno}: {error}");
+            assert_eq!(error.to_string().contains("disk is full"), full, "{error}");
+            let source = error.source().expect("the OS error");
+            let io = source
+                .downcast_ref::<std::io::Error>()
+                .expect("an io::Error");
+            assert_eq!(io.raw_os_error(), Some(errno), "{error}");
+        }
+    }
+}
+
+/// ENOSPC on Linux.
+const fn libc_enospc() -> i32 {
+    28
+}

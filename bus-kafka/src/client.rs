@@ -374,10 +374,7 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
             // The producer was fenced or failed; it is replaced, so a
             // retry goes through a fresh one.
             | RDKafkaErrorCode::Fatal,
-        ) => BusError::Unavailable {
-            backend: "kafka".to_owned(),
-            reason: options.redact(format!("{what}: {error}")),
-        },
+        ) => BusError::unavailable_caused("kafka", options.redact(format!("{what}: {error}")), error),
         _ => {
             let message = options.redact(format!("{what}: {error}"));
             BusError::backend_caused("kafka", message, error)

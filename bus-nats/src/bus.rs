@@ -13,7 +13,7 @@ use bus_core::{
     check_partition, uid_partition, validate_topic, validate_uid,
 };
 
-use crate::errors::{BACKEND, unavailable};
+use crate::errors::{BACKEND, unavailable_caused};
 use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::options::NatsOptions;
@@ -74,7 +74,8 @@ impl NatsBus {
                     .connect(options.servers.clone())
                     .await
                     .map_err(|error| {
-                        unavailable(format!("connecting to {:?}: {error}", options.servers))
+                        let reason = format!("connecting to {:?}: {error}", options.servers);
+                        unavailable_caused(reason, error)
                     })?;
                 let max_payload = client.server_info().max_payload;
                 let clustered = client.server_info().cluster.is_some();
@@ -82,9 +83,9 @@ impl NatsBus {
                     .timeout(options.timeout)
                     .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
                     .build(client);
-                js.query_account()
-                    .await
-                    .map_err(|error| unavailable(format!("JetStream is not available: {error}")))?;
+                js.query_account().await.map_err(|error| {
+                    unavailable_caused(format!("JetStream is not available: {error}"), error)
+                })?;
                 Ok::<_, BusError>((js, max_payload, clustered))
             })??;
         let (js, max_payload, clustered) = connected;

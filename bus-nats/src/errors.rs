@@ -15,10 +15,15 @@ use bus_core::BusError;
 pub(crate) const BACKEND: &str = "nats";
 
 pub(crate) fn unavailable(reason: impl Into<String>) -> BusError {
-    BusError::Unavailable {
-        backend: BACKEND.to_owned(),
-        reason: reason.into(),
-    }
+    BusError::unavailable(BACKEND, reason)
+}
+
+/// [`unavailable`] keeping the client's error as the `source()`.
+pub(crate) fn unavailable_caused(
+    reason: impl Into<String>,
+    error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) -> BusError {
+    BusError::unavailable_caused(BACKEND, reason, error)
 }
 
 pub(crate) fn timed_out(operation: &str, after: Duration) -> BusError {

@@ -24,7 +24,7 @@ use futures::StreamExt;
 use futures::future::join_all;
 
 use crate::cursor::{Ahead, Cursor, CursorSlot};
-use crate::errors::unavailable;
+use crate::errors::unavailable_caused;
 use crate::get::Reads;
 use crate::record::{RawMessage, decode, epoch_ms, from_stream_message};
 use crate::shared::{PartitionState, Shared, TopicState};
@@ -254,7 +254,7 @@ async fn direct(
                 }
                 break;
             }
-            Err(error) => return Err(unavailable(format!("{what}: {error}"))),
+            Err(error) => return Err(unavailable_caused(format!("{what}: {error}"), error)),
         }
     }
     Ok(out)
@@ -421,10 +421,9 @@ async fn open(stream: &Stream<()>, name: &str, start: u64, what: &str) -> Result
         num_replicas: 1,
         ..PullConfig::default()
     };
-    let consumer = stream
-        .create_consumer(config)
-        .await
-        .map_err(|error| unavailable(format!("{what}: creating a reader: {error}")))?;
+    let consumer = stream.create_consumer(config).await.map_err(|error| {
+        unavailable_caused(format!("{what}: creating a reader: {error}"), error)
+    })?;
     Ok(Cursor {
         consumer,
         stream: name.to_owned(),

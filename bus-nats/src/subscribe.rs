@@ -33,7 +33,7 @@ use futures::{FutureExt as _, StreamExt as _};
 
 use crate::NatsBus;
 use crate::cursor::CursorSlot;
-use crate::errors::unavailable;
+use crate::errors::{unavailable, unavailable_caused};
 use crate::fetch;
 use crate::record::{RawMessage, epoch_ms};
 use crate::shared::{Shared, TopicState};
@@ -267,11 +267,13 @@ async fn open(
         .js
         .create_consumer_on_stream(config, stream)
         .await
-        .map_err(|error| unavailable(format!("{what}: creating its consumer: {error}")))?;
+        .map_err(|error| {
+            unavailable_caused(format!("{what}: creating its consumer: {error}"), error)
+        })?;
     consumer
         .messages()
         .await
-        .map_err(|error| unavailable(format!("{what}: {error}")))
+        .map_err(|error| unavailable_caused(format!("{what}: {error}"), error))
 }
 
 /// The push task: buffers deliveries and rings, until the feed is dropped.

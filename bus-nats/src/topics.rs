@@ -14,7 +14,7 @@ use bus_core::{BusError, Manifest, TopicSpec};
 use futures::StreamExt;
 use futures::future::try_join_all;
 
-use crate::errors::{ApiFailure, api_error, timed_out, unavailable};
+use crate::errors::{ApiFailure, api_error, timed_out, unavailable, unavailable_caused};
 use crate::naming::{META_PARTITION, META_SPEC, META_TOPIC, stream_name, stream_subjects};
 use crate::shared::Shared;
 
@@ -85,7 +85,8 @@ pub(crate) async fn list(shared: &Shared) -> Result<Vec<TopicSpec>, BusError> {
     let mut streams = shared.js.streams();
     let mut specs = Vec::new();
     while let Some(info) = streams.next().await {
-        let info = info.map_err(|error| unavailable(format!("listing streams: {error}")))?;
+        let info =
+            info.map_err(|error| unavailable_caused(format!("listing streams: {error}"), error))?;
         if info.config.name.starts_with(&ours) {
             specs.extend(recorded_spec(&info.config, None));
         }

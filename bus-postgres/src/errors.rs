@@ -15,10 +15,7 @@ pub(crate) fn pg(what: &str, error: &tokio_postgres::Error) -> BusError {
             let message = format!("{what}: {} ({})", db.message(), db.code().code());
             BusError::backend_caused("postgres", message, db.clone())
         }
-        _ => BusError::Unavailable {
-            backend: BACKEND.to_owned(),
-            reason: format!("{what}: {error}"),
-        },
+        _ => BusError::unavailable(BACKEND, format!("{what}: {error}")),
     }
 }
 
@@ -40,9 +37,9 @@ fn is_shutdown(code: &tokio_postgres::error::SqlState) -> bool {
 pub(crate) fn pool(error: PoolError) -> BusError {
     match error {
         PoolError::Backend(error) => pg("connect", &error),
-        other => BusError::Unavailable {
-            backend: BACKEND.to_owned(),
-            reason: format!("no database connection: {other}"),
-        },
+        other => {
+            let reason = format!("no database connection: {other}");
+            BusError::unavailable_caused(BACKEND, reason, other)
+        }
     }
 }

@@ -124,10 +124,9 @@ fn same_error(error: &BusError) -> BusError {
             operation: operation.clone(),
             after_ms: *after_ms,
         },
-        BusError::Unavailable { backend, reason } => BusError::Unavailable {
-            backend: backend.clone(),
-            reason: reason.clone(),
-        },
+        BusError::Unavailable {
+            backend, reason, ..
+        } => BusError::unavailable(backend, reason.clone()),
         other => BusError::backend("postgres", other.to_string()),
     }
 }
