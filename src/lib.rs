@@ -23,7 +23,17 @@
 
 pub use bus_core::*;
 
-pub mod memory;
+// Each backend crate, and its bus and options types, under the facade: a
+// user who builds a backend by hand (`bus::NatsOptions::new(..)`) needs no
+// second dependency.
+#[cfg(feature = "embedded")]
+pub use bus_embedded::{self as embedded, Durability, EmbeddedBus, Options as EmbeddedOptions};
+#[cfg(feature = "kafka")]
+pub use bus_kafka::{self as kafka, KafkaBus, KafkaOptions, SaslMechanism};
+#[cfg(feature = "nats")]
+pub use bus_nats::{self as nats, NatsBus, NatsOptions};
+#[cfg(feature = "postgres")]
+pub use bus_postgres::{self as postgres, PostgresBus, PostgresOptions};
 
 /// Opens the bus named by `url` and provisions `manifest` on it.
 ///
@@ -44,7 +54,7 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     };
     let backend = backend_of_scheme(scheme)?;
     match backend.name {
-        "memory" => Ok(Box::new(memory::MemoryBus::new())),
+        "memory" => Ok(Box::new(bus_core::memory::MemoryBus::new())),
         "embedded" => open_file(rest),
         "nats" => open_nats(url),
         "kafka" => open_kafka(url),

@@ -207,3 +207,33 @@ fn kafkas_reaches_the_kafka_backend() {
         result.err()
     );
 }
+
+/// A backend built by hand through the facade's re-exports alone: the
+/// embedded bus with its options, and the in-memory bus that now lives in
+/// bus-core (so the suite and every backend crate can use it too).
+#[cfg(feature = "embedded")]
+#[test]
+#[allow(clippy::unwrap_used)]
+fn backends_build_by_hand_through_the_facade() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = bus::EmbeddedOptions::default().durability(bus::Durability::Sync);
+    let embedded = bus::EmbeddedBus::open_with(dir.path(), options).unwrap();
+    let memory = bus::memory::MemoryBus::new();
+    let manifest = Manifest::new([TopicSpec::new("hand", 1)]);
+    for bus in [&embedded as &dyn bus::EventBus, &memory] {
+        bus.provision(&manifest).unwrap();
+        let ack = bus.publish("hand", "k", &serde_json::json!(1)).unwrap();
+        assert_eq!(bus.fetch("hand", 0, ack.offset, 1).unwrap()[0].value, 1);
+    }
+    // The crates themselves are reachable as modules too.
+    assert_eq!(bus::embedded::SCHEMES, bus_embedded_schemes());
+}
+
+#[cfg(feature = "embedded")]
+fn bus_embedded_schemes() -> &'static [&'static str] {
+    bus::backends()
+        .into_iter()
+        .find(|b| b.name == "embedded")
+        .expect("the embedded backend is listed")
+        .schemes
+}

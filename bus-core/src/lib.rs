@@ -1,8 +1,9 @@
 //! The core of `bus`: the [`EventBus`] trait every backend implements, its
 //! [`PublishAck`] / [`StoredEvent`] types, the one [`BusError`], the
 //! partitioner [`partition_for`], the topic [`Manifest`], record
-//! authentication and (feature `connector`) the `ConnectorExecutor` that
-//! network backends run their async clients on.
+//! authentication, the in-memory reference backend ([`memory::MemoryBus`],
+//! for unit tests of any crate) and (feature `connector`) the
+//! `ConnectorExecutor` that network backends run their async clients on.
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
@@ -20,6 +21,7 @@ mod event;
 #[cfg(feature = "connector")]
 pub mod executor;
 mod manifest;
+pub mod memory;
 mod partition;
 mod percent;
 mod prepare;

@@ -2,13 +2,13 @@
 //! It is the reference the suite is proven on, and what users put in their
 //! own unit tests.
 
-use bus_core::sync::read;
+use crate::sync::read;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::subscription::Plan;
-use bus_core::{
+use crate::auth::{RecordAuth, RecordParts};
+use crate::subscription::Plan;
+use crate::{
     BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
     Manifest, PartitionOffsets, PreparedRecord, PublishAck, Selector, StartAt, StoredEvent,
     SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms, prepare_record,
@@ -20,7 +20,7 @@ use bus_core::{
 ///
 /// ```
 /// use bus::memory::MemoryBus;
-/// use bus_core::{EventBus, Manifest, TopicSpec};
+/// use crate::{EventBus, Manifest, TopicSpec};
 ///
 /// let bus = MemoryBus::new();
 /// bus.provision(&Manifest::new([TopicSpec::new("audit", 2)])).unwrap();
@@ -402,12 +402,12 @@ impl EventBus for MemoryBus {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::minimal("memory")
-            .ack_durability(bus_core::AckDurability::None)
+            .ack_durability(crate::AckDurability::None)
             .dedup_horizon(DedupHorizon::Retained)
             .maintenance_retention(true)
     }
 
-    fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+    fn topic_spec(&self, topic: &str) -> Result<Option<crate::TopicSpec>, BusError> {
         Ok(Some(self.store.topic(topic)?.spec.clone()))
     }
 
