@@ -1,6 +1,6 @@
 //! The conformance suite on the in-memory backend.
 
-use bus::memory::{MemoryBus, RawRecord as MemoryRaw};
+use bus::memory::MemoryBus;
 use bus_conformance::{Harness, Namespace, RawRecord, Unavailable};
 use bus_core::{BusError, EventBus};
 
@@ -34,13 +34,9 @@ impl Namespace for MemoryNamespace {
         partition: u32,
         raw: &RawRecord,
     ) -> Result<(), BusError> {
-        let raw = MemoryRaw {
-            key: raw.key.clone(),
-            uid: raw.uid.clone(),
-            value: raw.value.clone(),
-            tag: raw.tag.clone(),
-        };
-        self.root.inject_raw(topic, partition, raw).map(drop)
+        self.root
+            .inject_raw(topic, partition, raw.clone())
+            .map(drop)
     }
 }
 

@@ -1,24 +1,11 @@
 //! What a backend provides to run the suite.
 
+pub use bus_core::RawRecord;
 use bus_core::{BusError, EventBus};
 
 /// Why a harness cannot run here (its broker is not configured or reachable).
 #[derive(Debug, Clone)]
 pub struct Unavailable(pub String);
-
-/// A record written around the bus, as a foreign client (or an attacker with
-/// write access to the storage) would: no signing, no checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawRecord {
-    /// Partition key.
-    pub key: String,
-    /// Event UID, if any.
-    pub uid: Option<String>,
-    /// Value bytes as they would be stored.
-    pub value: Vec<u8>,
-    /// Authentication tag, if any.
-    pub tag: Option<Vec<u8>>,
-}
 
 /// How the suite reaches a backend.
 pub trait Harness {

@@ -44,8 +44,8 @@ pub use partition::{fnv1a64, partition_for};
 pub use percent::{percent_decode, percent_encode};
 pub use prepare::{PreparedRecord, prepare_record, uid_partition};
 pub use record::{
-    MAX_JSON_DEPTH, check_partition, encode_value, json_depth, validate_key, validate_topic,
-    validate_uid,
+    MAX_JSON_DEPTH, RawRecord, check_partition, encode_value, json_depth, validate_key,
+    validate_topic, validate_uid,
 };
 pub use secrets::is_secret_setting;
 pub use subscription::{

@@ -10,9 +10,9 @@ use crate::auth::{RecordAuth, RecordParts};
 use crate::subscription::Plan;
 use crate::{
     BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
-    Manifest, PartitionOffsets, PreparedRecord, PublishAck, Selector, StartAt, StoredEvent,
-    SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms, prepare_record,
-    uid_partition, validate_topic, validate_uid,
+    Manifest, PartitionOffsets, PreparedRecord, PublishAck, RawRecord, Selector, StartAt,
+    StoredEvent, SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms,
+    prepare_record, uid_partition, validate_topic, validate_uid,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -63,20 +63,6 @@ struct Record {
     value: Vec<u8>,
     stored_at: u64,
     tag: Option<Vec<u8>>,
-}
-
-/// A record written around the bus, as a foreign client would: for tests of
-/// contract C14.
-#[derive(Debug, Clone)]
-pub struct RawRecord {
-    /// Partition key.
-    pub key: String,
-    /// Event UID, if any.
-    pub uid: Option<String>,
-    /// Raw value bytes (should be JSON).
-    pub value: Vec<u8>,
-    /// Authentication tag, if any.
-    pub tag: Option<Vec<u8>>,
 }
 
 impl MemoryBus {

@@ -237,3 +237,19 @@ mod tests {
         ));
     }
 }
+
+/// A record written around the bus, as a foreign client (or an attacker
+/// with write access to the storage) would: no signing, no checks. What the
+/// suite's contract-C14 cases inject, and what a backend's injection hook
+/// takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    /// Partition key.
+    pub key: String,
+    /// Event UID, if any.
+    pub uid: Option<String>,
+    /// Value bytes as they would be stored (should be JSON).
+    pub value: Vec<u8>,
+    /// Authentication tag, if any.
+    pub tag: Option<Vec<u8>>,
+}
