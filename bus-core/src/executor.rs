@@ -12,6 +12,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument as _;
+
 use crate::BusError;
 
 /// Operation timeout when none is configured (contract C10).
@@ -278,11 +280,17 @@ impl ConnectorExecutor {
         let (slot, alone) = self.gate.enter();
         // Spawning straight onto the runtime (no hop through a command
         // thread) costs one wake-up each way.
-        self.handle.spawn(async move {
-            let result = tokio::time::timeout(timeout, operation()).await;
-            drop(slot);
-            let _ = result_sender.send(result.ok());
-        });
+        // The caller's span (the operation's) follows the work onto the
+        // runtime, so what the client logs there is attributed to it.
+        let span = tracing::Span::current();
+        self.handle.spawn(
+            async move {
+                let result = tokio::time::timeout(timeout, operation()).await;
+                drop(slot);
+                let _ = result_sender.send(result.ok());
+            }
+            .instrument(span),
+        );
         // After the spawn: a lingering worker that sees this finds the task.
         self.gate.submitted.fetch_add(1, Ordering::Release);
         let started = Instant::now();
@@ -377,6 +385,30 @@ pub type SharedExecutor = Arc<ConnectorExecutor>;
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// What a backend's client logs while it serves an operation carries
+    /// the operation's span, though it runs on the connector's thread.
+    #[test]
+    fn the_callers_span_follows_the_work_onto_the_runtime() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(std::io::sink)
+            .finish();
+        // The runtime thread sees only a global subscriber.
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        let executor = ConnectorExecutor::new("span-test").unwrap();
+        let span = tracing::info_span!("bus.test_operation", topic = "t");
+        let seen = span.in_scope(|| {
+            executor.run(|| async {
+                let current = tracing::Span::current();
+                current.metadata().map(|meta| meta.name())
+            })
+        });
+        assert_eq!(seen.unwrap(), Some("bus.test_operation"));
+        // Outside any span, the work runs in none.
+        let seen = executor.run(|| async { tracing::Span::current().is_none() });
+        assert!(seen.unwrap());
+    }
 
     fn live_threads_named(prefix: &str) -> usize {
         std::fs::read_dir("/proc/self/task")

@@ -233,6 +233,7 @@ impl EventBus for MemoryBus {
         Ok(())
     }
 
+    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "memory", topic = %topic))]
     fn publish(
         &self,
         topic: &str,
@@ -242,6 +243,7 @@ impl EventBus for MemoryBus {
         self.publish_one(topic, key, value, None)
     }
 
+    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "memory", topic = %topic, uid = %event_uid))]
     fn publish_idempotent(
         &self,
         topic: &str,
@@ -253,6 +255,7 @@ impl EventBus for MemoryBus {
         self.publish_one(topic, key, value, Some(event_uid))
     }
 
+    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "memory", topic = %topic_name, uid = %event_uid))]
     fn find_event_by_uid(
         &self,
         topic_name: &str,
@@ -272,6 +275,7 @@ impl EventBus for MemoryBus {
             }))
     }
 
+    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "memory", topic = %topic_name, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic_name: &str,
@@ -327,6 +331,7 @@ impl EventBus for MemoryBus {
         read(&self.store.topics).keys().cloned().collect()
     }
 
+    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "memory"))]
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         let topics: Vec<Arc<Topic>> = read(&self.store.topics).values().cloned().collect();
         let mut expired = 0u64;
@@ -354,6 +359,7 @@ impl EventBus for MemoryBus {
         Ok(expired)
     }
 
+    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "memory"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let mut topics = self
@@ -377,6 +383,7 @@ impl EventBus for MemoryBus {
         Ok(())
     }
 
+    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "memory", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let topic = self.store.topic(topic)?;
         let log = topic.partition(partition)?;
@@ -393,10 +400,12 @@ impl EventBus for MemoryBus {
             .maintenance_retention(true)
     }
 
+    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "memory", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<crate::TopicSpec>, BusError> {
         Ok(Some(self.store.topic(topic)?.spec.clone()))
     }
 
+    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "memory", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -421,6 +430,7 @@ impl EventBus for MemoryBus {
             .collect()
     }
 
+    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "memory", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

@@ -326,6 +326,7 @@ impl EventBus for EmbeddedBus {
         Ok(())
     }
 
+    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "embedded", topic = %topic))]
     fn publish(
         &self,
         topic: &str,
@@ -335,6 +336,7 @@ impl EventBus for EmbeddedBus {
         self.publish_one(topic, key, value, None)
     }
 
+    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "embedded", topic = %topic, uid = %event_uid))]
     fn publish_idempotent(
         &self,
         topic: &str,
@@ -347,6 +349,7 @@ impl EventBus for EmbeddedBus {
         self.publish_one(topic, key, value, Some(event_uid))
     }
 
+    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "embedded", topic = %topic_name, uid = %event_uid))]
     fn find_event_by_uid(
         &self,
         topic_name: &str,
@@ -367,6 +370,7 @@ impl EventBus for EmbeddedBus {
             }))
     }
 
+    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "embedded", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -385,6 +389,7 @@ impl EventBus for EmbeddedBus {
             .fetch(offset, max, auth.as_ref())
     }
 
+    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "embedded", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         Ok(self.inner.readable(topic, partition)?.offsets())
     }
@@ -402,6 +407,7 @@ impl EventBus for EmbeddedBus {
         read(&self.inner.topics).keys().cloned().collect()
     }
 
+    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "embedded"))]
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         self.inner.writable("maintenance")?;
         let topics: Vec<Arc<Topic>> = read(&self.inner.topics).values().cloned().collect();
@@ -425,6 +431,7 @@ impl EventBus for EmbeddedBus {
 
     /// On a read-only open, succeeds only when every topic already exists
     /// as specified (nothing to write).
+    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "embedded"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         if self.inner.options.read_only {
@@ -461,12 +468,14 @@ impl EventBus for EmbeddedBus {
             })
     }
 
+    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "embedded", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         Ok(Some(self.inner.topic(topic)?.spec.clone()))
     }
 
     /// Validates the whole batch first (a bad record stores nothing), then
     /// writes one frame per partition the batch touches.
+    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "embedded", topic = %topic_name, records = records.len()))]
     fn publish_batch(
         &self,
         topic_name: &str,
@@ -504,6 +513,7 @@ impl EventBus for EmbeddedBus {
             .collect()
     }
 
+    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "embedded", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

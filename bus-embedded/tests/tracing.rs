@@ -151,3 +151,38 @@ fn a_poisoned_partition_is_an_error() {
         "{later}"
     );
 }
+
+/// Each operation runs in a span naming the backend, the topic and (where
+/// the call has one) the partition and offset.
+#[test]
+fn operations_run_in_spans_naming_backend_and_topic() {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    let dir = tempfile::tempdir().unwrap();
+    let bus = open(dir.path());
+    provision(&bus, 1);
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_span_events(FmtSpan::CLOSE)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let ack = bus.publish(TOPIC, "k", &value_for("a", 0)).unwrap();
+        bus.fetch(TOPIC, ack.partition, ack.offset, 5).unwrap();
+        bus.find_event_by_uid(TOPIC, "k", "a").unwrap();
+    });
+    let log = out.text();
+    for span in [
+        format!("bus.publish{{backend=\"embedded\" topic={TOPIC}}}"),
+        format!("bus.fetch{{backend=\"embedded\" topic={TOPIC} partition=0 offset=0 max=5}}"),
+        format!("bus.find_event_by_uid{{backend=\"embedded\" topic={TOPIC} uid=a}}"),
+    ] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(&span) && line.contains("close")),
+            "no closed span {span} in:\n{log}"
+        );
+    }
+}

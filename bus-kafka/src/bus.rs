@@ -28,6 +28,7 @@ impl EventBus for KafkaBus {
         Ok(())
     }
 
+    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "kafka", topic = %topic))]
     fn publish(
         &self,
         topic: &str,
@@ -37,6 +38,7 @@ impl EventBus for KafkaBus {
         self.publish_one(topic, key, value, None)
     }
 
+    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "kafka", topic = %topic, uid = %event_uid))]
     fn publish_idempotent(
         &self,
         topic: &str,
@@ -48,6 +50,7 @@ impl EventBus for KafkaBus {
         self.publish_one(topic, key, value, Some(event_uid))
     }
 
+    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "kafka", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(
         &self,
         topic: &str,
@@ -98,6 +101,7 @@ impl EventBus for KafkaBus {
         }))
     }
 
+    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "kafka", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -125,6 +129,7 @@ impl EventBus for KafkaBus {
         fetch::authentic_prefix(decoded)
     }
 
+    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "kafka", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let entry = self.entry(topic)?;
         check_partition(topic, partition, entry.spec.partitions)?;
@@ -150,11 +155,13 @@ impl EventBus for KafkaBus {
         registry.entries().keys().cloned().collect()
     }
 
+    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "kafka"))]
     fn maintenance(&self, _now_ms: u64) -> Result<u64, BusError> {
         // Kafka enforces retention.ms itself.
         Ok(0)
     }
 
+    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "kafka"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let manifest = manifest.clone();
@@ -166,6 +173,7 @@ impl EventBus for KafkaBus {
     /// The spec recorded in the manifest topic, the record `provision`
     /// verifies an existing topic against (C1). The registry is read afresh
     /// first, so a topic another bus provisioned or deleted shows as it is.
+    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "kafka", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         bus_core::validate_topic(topic)?;
         let core = &self.core;
@@ -193,6 +201,7 @@ impl EventBus for KafkaBus {
             })
     }
 
+    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "kafka", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -201,6 +210,7 @@ impl EventBus for KafkaBus {
         self.publish_many(topic, records)
     }
 
+    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "kafka", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

@@ -263,10 +263,22 @@ impl Core {
             .producer_slot(kind)
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if Arc::ptr_eq(&slot, failed)
-            && let Ok(fresh) = client::producer(&self.options, kind)
-        {
-            *slot = Arc::new(fresh);
+        if !Arc::ptr_eq(&slot, failed) {
+            return;
+        }
+        let cause = failed.client().fatal_error().map(|(_, reason)| reason);
+        match client::producer(&self.options, kind) {
+            Ok(fresh) => {
+                tracing::warn!(
+                    cause = cause.as_deref().unwrap_or(""),
+                    "kafka: the producer failed fatally; replaced by a new one"
+                );
+                *slot = Arc::new(fresh);
+            }
+            Err(error) => tracing::error!(
+                %error,
+                "kafka: the producer failed fatally and a new one could not be built"
+            ),
         }
     }
 

@@ -189,6 +189,7 @@ impl EventBus for NatsBus {
         Ok(())
     }
 
+    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "nats", topic = %topic))]
     fn publish(
         &self,
         topic: &str,
@@ -198,6 +199,7 @@ impl EventBus for NatsBus {
         self.publish_one(topic, key, value, None)
     }
 
+    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "nats", topic = %topic, uid = %event_uid))]
     fn publish_idempotent(
         &self,
         topic: &str,
@@ -209,6 +211,7 @@ impl EventBus for NatsBus {
         self.publish_one(topic, key, value, Some(event_uid))
     }
 
+    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "nats", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(
         &self,
         topic: &str,
@@ -261,6 +264,7 @@ impl EventBus for NatsBus {
         }))
     }
 
+    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "nats", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -279,6 +283,7 @@ impl EventBus for NatsBus {
         fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
     }
 
+    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "nats", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let state = self.topic(topic)?;
         check_partition(topic, partition, state.spec.partitions)?;
@@ -309,6 +314,7 @@ impl EventBus for NatsBus {
         }
     }
 
+    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "nats"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let owned = manifest.clone();
@@ -325,6 +331,7 @@ impl EventBus for NatsBus {
     /// `provision` verifies an existing topic against (C1). Read from the
     /// server, not the cache, so a topic re-provisioned or deleted by
     /// another process shows as it is.
+    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "nats", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         validate_topic(topic)?;
         let owned = topic.to_owned();
@@ -351,6 +358,7 @@ impl EventBus for NatsBus {
             .ack_durability(bus_core::AckDurability::Unknown)
     }
 
+    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "nats", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -359,6 +367,7 @@ impl EventBus for NatsBus {
         self.publish_records(topic, records)
     }
 
+    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "nats", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

@@ -411,6 +411,7 @@ async fn read_ahead(cursor: &mut Cursor, count: u64) {
 }
 
 async fn open(stream: &Stream<()>, name: &str, start: u64, what: &str) -> Result<Cursor, BusError> {
+    tracing::debug!(stream = name, start, "nats: opening a read cursor");
     let config = PullConfig {
         deliver_policy: DeliverPolicy::ByStartSequence {
             start_sequence: start,

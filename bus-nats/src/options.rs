@@ -292,7 +292,8 @@ impl NatsOptions {
             .max_reconnects(None)
             .reconnect_delay_callback(|attempts| {
                 Duration::from_millis(100u64.saturating_mul(attempts as u64).min(1_000))
-            });
+            })
+            .event_callback(|event| async move { log_event(&event) });
         if let (Some(user), Some(password)) = (&self.user, &self.password) {
             options = options.user_and_password(user.clone(), password.expose_secret().to_owned());
         }
@@ -317,6 +318,21 @@ impl NatsOptions {
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
         Ok(options)
+    }
+}
+
+/// What the connection reports, through `tracing`: losing and regaining
+/// the server, and the server's complaints.
+fn log_event(event: &async_nats::Event) {
+    use async_nats::Event;
+    match event {
+        Event::Disconnected => tracing::warn!("nats: connection lost; reconnecting"),
+        Event::Connected => tracing::info!("nats: connected"),
+        Event::LameDuckMode => tracing::warn!("nats: the server entered lame duck mode"),
+        Event::SlowConsumer(sid) => tracing::warn!(sid, "nats: slow consumer"),
+        Event::ServerError(error) => tracing::warn!(%error, "nats: server error"),
+        Event::ClientError(error) => tracing::warn!(%error, "nats: client error"),
+        other => tracing::debug!(event = %other, "nats: connection event"),
     }
 }
 

@@ -135,6 +135,7 @@ impl EventBus for PostgresBus {
         Ok(())
     }
 
+    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "postgres", topic = %topic))]
     fn publish(
         &self,
         topic: &str,
@@ -144,6 +145,7 @@ impl EventBus for PostgresBus {
         self.publish_one(topic, key, value, None)
     }
 
+    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "postgres", topic = %topic, uid = %event_uid))]
     fn publish_idempotent(
         &self,
         topic: &str,
@@ -155,6 +157,7 @@ impl EventBus for PostgresBus {
         self.publish_one(topic, key, value, Some(event_uid))
     }
 
+    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "postgres", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(
         &self,
         topic: &str,
@@ -175,6 +178,7 @@ impl EventBus for PostgresBus {
         }))
     }
 
+    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "postgres", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -202,6 +206,7 @@ impl EventBus for PostgresBus {
             })
     }
 
+    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "postgres"))]
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         let names = self.core.run("list topics", |shared| async move {
             topics::names(&shared).await
@@ -219,6 +224,7 @@ impl EventBus for PostgresBus {
         Ok(expired)
     }
 
+    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "postgres"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let manifest = manifest.clone();
@@ -236,14 +242,17 @@ impl EventBus for PostgresBus {
     }
 
     /// The spec from the topics table (cached after the first lookup).
+    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "postgres", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         Ok(Some(self.core.topic(topic)?.spec.clone()))
     }
 
+    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "postgres", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         self.core.offsets(topic, partition)
     }
 
+    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "postgres", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -257,6 +266,7 @@ impl EventBus for PostgresBus {
         self.publish_records(topic, records)
     }
 
+    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "postgres", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,
