@@ -51,7 +51,7 @@ fn ok(url: &str, args: &[&str], stdin: Option<&str>) -> Vec<Value> {
 }
 
 /// The broker's URL, or `None` after a loud skip (a panic when required).
-fn broker(found: Result<String, String>, backend: &str) -> Option<String> {
+fn broker(found: Result<String, bus_conformance::Unavailable>, backend: &str) -> Option<String> {
     match found {
         Ok(url) => Some(url),
         Err(why) if bus_conformance::brokers_required() => {

@@ -2,6 +2,8 @@
 //! `BUS_KAFKA_BROKERS` (and `BUS_POSTGRES_URL`), else (with the `testcontainers` feature and a
 //! Docker engine) a container started once per test process.
 
+use crate::Unavailable;
+
 fn env(name: &str) -> Option<String> {
     std::env::var(name)
         .ok()
@@ -10,7 +12,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// The NATS URL to test against, or why there is none.
-pub fn nats_url() -> Result<String, String> {
+pub fn nats_url() -> Result<String, Unavailable> {
     match env("BUS_NATS_URL") {
         Some(url) => Ok(url),
         None => from_container(
@@ -21,7 +23,7 @@ pub fn nats_url() -> Result<String, String> {
 }
 
 /// The Kafka bootstrap list to test against, or why there is none.
-pub fn kafka_brokers() -> Result<String, String> {
+pub fn kafka_brokers() -> Result<String, Unavailable> {
     match env("BUS_KAFKA_BROKERS") {
         Some(brokers) => Ok(brokers),
         None => from_container(
@@ -33,20 +35,26 @@ pub fn kafka_brokers() -> Result<String, String> {
 
 /// The PostgreSQL URL to test against, or why there is none (no container
 /// fallback: scripts/postgres.sh starts one natively).
-pub fn postgres_url() -> Result<String, String> {
+pub fn postgres_url() -> Result<String, Unavailable> {
     env("BUS_POSTGRES_URL").ok_or_else(|| {
-        "BUS_POSTGRES_URL is not set (scripts/postgres.sh start; export BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:5433/bus)".to_owned()
+        Unavailable("BUS_POSTGRES_URL is not set (scripts/postgres.sh start; export BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:5433/bus)".to_owned())
     })
 }
 
 #[cfg(feature = "testcontainers")]
-fn from_container(start: fn() -> Result<String, String>, unset: &str) -> Result<String, String> {
-    start().map_err(|why| format!("{unset}, and no container could be started: {why}"))
+fn from_container(
+    start: fn() -> Result<String, String>,
+    unset: &str,
+) -> Result<String, Unavailable> {
+    start().map_err(|why| Unavailable(format!("{unset}, and no container could be started: {why}")))
 }
 
 #[cfg(not(feature = "testcontainers"))]
-fn from_container(_start: fn() -> Result<String, String>, unset: &str) -> Result<String, String> {
-    Err(unset.to_owned())
+fn from_container(
+    _start: fn() -> Result<String, String>,
+    unset: &str,
+) -> Result<String, Unavailable> {
+    Err(Unavailable(unset.to_owned()))
 }
 
 #[cfg(feature = "testcontainers")]

@@ -7,6 +7,14 @@ use bus_core::{BusError, EventBus};
 #[derive(Debug, Clone)]
 pub struct Unavailable(pub String);
 
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
 /// How the suite reaches a backend.
 pub trait Harness {
     /// Backend name, for messages.

@@ -25,7 +25,7 @@ impl Harness for Nats {
     }
 
     fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable> {
-        let url = bus_conformance::brokers::nats_url().map_err(Unavailable)?;
+        let url = bus_conformance::brokers::nats_url()?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let options = NatsOptions::from_url(&url)
             .map_err(|error| Unavailable(format!("BUS_NATS_URL: {error}")))?

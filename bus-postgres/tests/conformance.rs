@@ -18,7 +18,7 @@ impl Harness for Postgres {
     }
 
     fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable> {
-        let url = bus_conformance::brokers::postgres_url().map_err(Unavailable)?;
+        let url = bus_conformance::brokers::postgres_url()?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let options = PostgresOptions::from_url(&url)
             .map_err(|error| Unavailable(format!("BUS_POSTGRES_URL: {error}")))?

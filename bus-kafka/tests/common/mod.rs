@@ -15,7 +15,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 /// `BUS_KAFKA_BROKERS` (or a testcontainers broker), or why the broker tests cannot run.
 pub fn brokers() -> Result<String, String> {
-    bus_conformance::brokers::kafka_brokers().map(|brokers| brokers.trim().to_owned())
+    bus_conformance::brokers::kafka_brokers()
+        .map(|brokers| brokers.trim().to_owned())
+        .map_err(|why| why.0)
 }
 
 /// Skips loudly, or fails under `BUS_REQUIRE_BROKERS=1`.
