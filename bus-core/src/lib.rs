@@ -22,6 +22,7 @@ mod event;
 pub mod executor;
 mod manifest;
 pub mod memory;
+pub mod metrics;
 mod partition;
 mod percent;
 mod prepare;

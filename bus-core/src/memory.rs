@@ -19,8 +19,8 @@ use crate::{
 /// which is how tests model a second process attaching to the same bus.
 ///
 /// ```
-/// use bus::memory::MemoryBus;
-/// use crate::{EventBus, Manifest, TopicSpec};
+/// use bus_core::memory::MemoryBus;
+/// use bus_core::{EventBus, Manifest, TopicSpec};
 ///
 /// let bus = MemoryBus::new();
 /// bus.provision(&Manifest::new([TopicSpec::new("audit", 2)])).unwrap();
@@ -132,8 +132,10 @@ impl MemoryBus {
         if let Some(offset) =
             uid.and_then(|uid| log.authentic_uid(topic_name, partition, uid, auth.as_ref()))
         {
+            crate::metrics::dedup_hits("memory", topic_name, 1);
             return Ok(ack(offset));
         }
+        crate::metrics::stored("memory", topic_name, 1, bytes.len() as u64);
         let tag = tag.map(|tag| tag.to_vec());
         let offset = log.next_offset;
         log.push(

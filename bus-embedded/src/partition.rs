@@ -6,7 +6,7 @@
 //! offsets, writes one batch of frames, fsyncs once and acks the whole round. Records
 //! become visible to fetch (and their UIDs to dedup) only after that.
 
-pub(crate) use bus_core::sync::lock;
+use bus_core::sync::lock;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
@@ -17,9 +17,10 @@ use std::sync::{
 use std::time::{Duration, Instant};
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BusError, PartitionOffsets, now_ms};
+use bus_core::{BusError, PartitionOffsets, metrics, now_ms};
 
-use crate::acked::AckedEnd;
+use crate::acked::{AckedEnd, EVERY_WHOLE_FRAME};
+use crate::checkpoint::{self, RecoveryPoint};
 use crate::frame::{self, NewRecord};
 use crate::index::{SegmentIndex, UidIndex};
 use crate::options::{Durability, Options};
@@ -144,7 +145,7 @@ pub(crate) struct WriterState {
     /// written ahead of `pos` (see [`ZERO_AHEAD_FRAMES_UNDER`]).
     pub allocated: u64,
     /// The recovery point last stored (see `checkpoint`).
-    pub recovery_point: Option<crate::checkpoint::RecoveryPoint>,
+    pub recovery_point: Option<RecoveryPoint>,
 }
 
 #[derive(Debug, Default)]
@@ -346,6 +347,7 @@ impl Partition {
                 }
             }
             if known.len() == records.len() {
+                metrics::dedup_hits("embedded", &self.topic, known.len() as u64);
                 return Ok(known);
             }
         }
@@ -480,6 +482,7 @@ impl Partition {
         let mut new_uids = Vec::new();
         let mut to_write: Vec<&NewRecord> = Vec::new();
         let mut results = Vec::with_capacity(round.len());
+        let mut dedup_hits = 0;
         for request in round {
             let known = frame::checked_body_len(&request.records)
                 .map_err(|reason| BusError::invalid("records", reason))
@@ -497,6 +500,7 @@ impl Partition {
                     if !request.dedup {
                         new_uids.push((uid.to_owned(), next));
                     } else if let Some(offset) = fresh.get(uid).copied().or(known) {
+                        dedup_hits += 1;
                         mine.push(offset);
                         continue;
                     } else {
@@ -510,6 +514,7 @@ impl Partition {
             }
             results.push(Ok(mine));
         }
+        metrics::dedup_hits("embedded", &self.topic, dedup_hits);
         let outcome = if to_write.is_empty() {
             Ok(())
         } else {
@@ -529,6 +534,7 @@ impl Partition {
                     records = to_write.len(),
                     "group-commit round written and synced"
                 );
+                metrics::commit_round("embedded", to_write.len());
                 // Acked and visible to fetch from here on.
                 self.announce(writer.base, writer.pos);
                 return results;
@@ -586,11 +592,16 @@ impl Partition {
             .map_err(|e| WriteError::Failed(Poison::io("write", e)))?;
         let extended = writer.allocated > allocated.max(writer.pos + len);
         match self.options.durability {
-            Durability::Sync => files
-                .sync_data(&writer.file)
-                .map_err(|e| WriteError::Failed(Poison::io("fsync", e)))?,
+            Durability::Sync => {
+                let started = Instant::now();
+                files
+                    .sync_data(&writer.file)
+                    .map_err(|e| WriteError::Failed(Poison::io("fsync", e)))?;
+                metrics::fsync("embedded", started.elapsed());
+            }
             Durability::Interval(_) => writer.dirty = true,
         }
+        metrics::stored("embedded", &self.topic, records.len() as u64, len);
         let pos = writer.pos;
         writer.pos += len;
         writer.next += records.len() as u64;
@@ -707,7 +718,7 @@ impl Drop for Partition {
         {
             // Without it the next open treats this segment's tail as
             // unverified, as after a crash: nothing is lost by failing here.
-            match crate::checkpoint::write(&self.dir, &point) {
+            match checkpoint::write(&self.dir, &point) {
                 Ok(()) => writer.recovery_point = Some(point),
                 Err(error) => tracing::warn!(
                     topic = %self.topic,
@@ -784,6 +795,79 @@ fn take_round(pending: &mut Vec<Request>) -> Vec<Request> {
         take += 1;
     }
     pending.drain(..take).collect()
+}
+
+impl Partition {
+    /// A writer's round is acked and visible to fetch: tell readers in
+    /// other processes (the marker) and subscriptions of this bus.
+    pub(crate) fn announce(&self, base: u64, len: u64) {
+        if let (Durability::Sync, Some(marker)) = (self.options.durability, self.acked.get()) {
+            // A failed store only delays readers in other processes until
+            // the next round; failing an already durable round would be worse.
+            let _ = marker.store(base, len);
+        }
+        self.options.notifier.ring(&self.topic);
+    }
+
+    /// Starts the marker of a partition a writer has just opened (after
+    /// recovery made its whole frames durable).
+    pub(crate) fn start_acked_end(&self) -> std::io::Result<()> {
+        let marker = AckedEnd::create(&self.dir)?;
+        let (base, len) = match self.options.durability {
+            Durability::Sync => {
+                let writer = lock(&self.writer);
+                (writer.base, writer.pos)
+            }
+            Durability::Interval(_) => EVERY_WHOLE_FRAME,
+        };
+        marker.store(base, len)?;
+        let _ = self.acked.set(marker);
+        Ok(())
+    }
+}
+
+impl WriterState {
+    /// What the writer has made durable: everything it wrote, unless
+    /// bytes written under `Durability::Interval` are still unsynced.
+    pub(crate) fn durable_point(&self) -> Option<RecoveryPoint> {
+        (!self.dirty && self.poisoned.is_none()).then_some(RecoveryPoint {
+            base: self.base,
+            len: self.pos,
+            next: self.next,
+        })
+    }
+}
+
+impl Partition {
+    /// Records how far the log is durable, when that moved (fsyncing bytes
+    /// written under `Durability::Interval` first). A poisoned partition
+    /// keeps its last recovery point.
+    pub(crate) fn save_recovery_point(&self) -> Result<(), BusError> {
+        let mut writer = lock(&self.writer);
+        if writer.poisoned.is_some() {
+            return Ok(());
+        }
+        if writer.dirty {
+            drop(writer);
+            self.flush()?;
+            writer = lock(&self.writer);
+        }
+        self.store_point(&mut writer)?;
+        Ok(())
+    }
+
+    /// Writes the writer's durable point if it differs from the stored one.
+    pub(crate) fn store_point(&self, writer: &mut WriterState) -> std::io::Result<()> {
+        let Some(point) = writer.durable_point() else {
+            return Ok(());
+        };
+        if writer.recovery_point == Some(point) {
+            return Ok(());
+        }
+        checkpoint::write(&self.dir, &point)?;
+        writer.recovery_point = Some(point);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

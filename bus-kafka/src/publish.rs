@@ -11,9 +11,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
 use crate::client::{Delivery, Late, Ticket, map_error, remaining, timed_out};
-use crate::reader::{TAG_HEADER, UID_HEADER, lock};
+use crate::reader::{TAG_HEADER, UID_HEADER};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};
+use bus_core::sync::lock;
 
 /// A checked, signed record ready to produce.
 #[derive(Debug, Clone)]
@@ -53,7 +54,7 @@ pub(crate) fn produce(
     lates: &[Option<Arc<Late>>],
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
-    deliver(core, records.len(), lates, deadline, |index, ticket| {
+    let out = deliver(core, records.len(), lates, deadline, |index, ticket| {
         let record = &records[index];
         let mut headers = OwnedHeaders::new_with_capacity(2);
         if let Some(uid) = &record.uid {
@@ -79,7 +80,16 @@ pub(crate) fn produce(
         } else {
             base.headers(headers)
         }
-    })
+    });
+    let (stored, bytes) = out
+        .iter()
+        .zip(records)
+        .filter(|(outcome, _)| outcome.is_ok())
+        .fold((0, 0), |(n, bytes), (_, record)| {
+            (n + 1, bytes + record.value.len() as u64)
+        });
+    bus_core::metrics::stored("kafka", topic, stored, bytes);
+    out
 }
 
 /// Enqueues `count` records made by `make` strictly in order (retrying the

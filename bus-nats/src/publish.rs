@@ -169,9 +169,13 @@ pub(crate) async fn send_all(
             (Ok(ack), Some(retry)) if ack.duplicate => {
                 // A window duplicate names whatever carried the UID's
                 // Nats-Msg-Id: check it like a conflict.
+                bus_core::metrics::dedup_hits("nats", name, 1);
                 settle(&shared, &topic, partition, &retry, &what).await?
             }
-            (Ok(ack), _) => ack.sequence,
+            (Ok(ack), _) => {
+                bus_core::metrics::stored("nats", name, 1, size as u64);
+                ack.sequence
+            }
             (Err(error), retry) => match failure(&shared, name, &what, size, &error) {
                 PublishFailure::AlreadyStored(sequence) => match retry {
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,

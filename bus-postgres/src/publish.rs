@@ -218,6 +218,14 @@ async fn commit_round(
     match result {
         Ok(Some(row)) => {
             let base = offset_of(row.get(0))?;
+            let bytes = values.iter().map(|value| value.len() as u64).sum();
+            bus_core::metrics::stored("postgres", &topic.spec.name, keys.len() as u64, bytes);
+            bus_core::metrics::dedup_hits(
+                "postgres",
+                &topic.spec.name,
+                (records.len() - keys.len()) as u64,
+            );
+            bus_core::metrics::commit_round("postgres", keys.len());
             Ok(relative.into_iter().map(|at| base + at).collect())
         }
         Ok(None) => Err(BusError::backend(

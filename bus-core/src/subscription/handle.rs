@@ -215,13 +215,10 @@ impl Subscription {
         if let Some(max_lag) = self.max_lag {
             let head = self.feed.head(partition)?;
             let next = self.cursors[index].next;
+            crate::metrics::lag(&self.topic, partition, head.saturating_sub(next));
             if head.saturating_sub(next) > max_lag {
                 let resume = head - max_lag;
-                self.pending.push_back(Ok(SubscriptionItem::Lagged {
-                    partition,
-                    skipped: resume - next,
-                    next_offset: resume,
-                }));
+                self.report_lagged(partition, resume - next, resume);
                 self.cursors[index].next = resume;
             }
             page = page.min(usize::try_from(max_lag).unwrap_or(usize::MAX).max(1));
@@ -257,11 +254,7 @@ impl Subscription {
                         // The prefix reads as nothing: retention took it
                         // since the first read. Report the gap and go on to
                         // the forged record (re-reading would never move).
-                        self.pending.push_back(Ok(SubscriptionItem::Lagged {
-                            partition,
-                            skipped: offset - next,
-                            next_offset: offset,
-                        }));
+                        self.report_lagged(partition, offset - next, offset);
                         self.cursors[index].next = offset;
                     }
                 }
@@ -280,6 +273,17 @@ impl Subscription {
         Ok(())
     }
 
+    /// Queues `Lagged` for records of `partition` the subscriber will never
+    /// see, and counts them for operators.
+    fn report_lagged(&mut self, partition: u32, skipped: u64, next_offset: u64) {
+        crate::metrics::lagged(&self.topic, skipped);
+        self.pending.push_back(Ok(SubscriptionItem::Lagged {
+            partition,
+            skipped,
+            next_offset,
+        }));
+    }
+
     fn push_events(&mut self, index: usize, events: Vec<StoredEvent>) {
         let partition = self.cursors[index].partition;
         for event in events {
@@ -289,11 +293,7 @@ impl Subscription {
             }
             if event.offset > next {
                 // Retention took these before they were read.
-                self.pending.push_back(Ok(SubscriptionItem::Lagged {
-                    partition,
-                    skipped: event.offset - next,
-                    next_offset: event.offset,
-                }));
+                self.report_lagged(partition, event.offset - next, event.offset);
             }
             self.cursors[index].next = event.offset + 1;
             if self.key.as_deref().is_none_or(|key| key == event.key) {
