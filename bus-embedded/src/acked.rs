@@ -21,9 +21,6 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::options::Durability;
-use crate::partition::Partition;
-
 /// File name of the marker, in the partition directory.
 pub(crate) const FILE: &str = "acked";
 const LEN: usize = 24;
@@ -124,35 +121,6 @@ fn decode(buf: &[u8; LEN]) -> Option<(u64, u64)> {
         u64::from_le_bytes(bytes)
     };
     (word(16) == u64::from(crc32c::crc32c(&buf[..16]))).then(|| (word(0), word(8)))
-}
-
-impl Partition {
-    /// A writer's round is acked and visible to fetch: tell readers in
-    /// other processes (the marker) and subscriptions of this bus.
-    pub(crate) fn announce(&self, base: u64, len: u64) {
-        if let (Durability::Sync, Some(marker)) = (self.options.durability, self.acked.get()) {
-            // A failed store only delays readers in other processes until
-            // the next round; failing an already durable round would be worse.
-            let _ = marker.store(base, len);
-        }
-        self.options.notifier.ring(&self.topic);
-    }
-
-    /// Starts the marker of a partition a writer has just opened (after
-    /// recovery made its whole frames durable).
-    pub(crate) fn start_acked_end(&self) -> std::io::Result<()> {
-        let marker = AckedEnd::create(&self.dir)?;
-        let (base, len) = match self.options.durability {
-            Durability::Sync => {
-                let writer = crate::partition::lock(&self.writer);
-                (writer.base, writer.pos)
-            }
-            Durability::Interval(_) => EVERY_WHOLE_FRAME,
-        };
-        marker.store(base, len)?;
-        let _ = self.acked.set(marker);
-        Ok(())
-    }
 }
 
 #[cfg(test)]

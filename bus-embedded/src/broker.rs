@@ -3,7 +3,7 @@
 
 use bus_core::sync::{read, write};
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{OpenOptions, TryLockError};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -15,13 +15,13 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    prepare_record, uid_partition, validate_topic, validate_uid,
+    prepare_record, uid_partition, validate_uid,
 };
 
 use crate::frame::NewRecord;
 use crate::fsutil;
+use crate::inner::Inner;
 use crate::options::{Durability, Options};
-use crate::partition::Partition;
 use crate::topic::{self, Topic};
 
 /// The embedded, durable event bus: a segmented, checksummed log per
@@ -39,19 +39,6 @@ use crate::topic::{self, Topic};
 pub struct EmbeddedBus {
     inner: Arc<Inner>,
     flusher: Option<Flusher>,
-}
-
-/// What the bus, its flusher and its subscriptions' feeds share.
-#[derive(Debug)]
-pub(crate) struct Inner {
-    root: PathBuf,
-    topics_dir: PathBuf,
-    pub(crate) options: Options,
-    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
-    auth: RwLock<Option<RecordAuth>>,
-    /// Held (flock) for the bus's lifetime; the OS drops it with the
-    /// process. A read-only open takes none.
-    _lock: Option<File>,
 }
 
 #[derive(Debug)]
@@ -215,81 +202,6 @@ impl EmbeddedBus {
             partition,
             offset,
         })
-    }
-}
-
-impl Inner {
-    /// The topic `name`; a read-only open looks for topics provisioned
-    /// since it last looked.
-    pub(crate) fn topic(&self, name: &str) -> Result<Arc<Topic>, BusError> {
-        validate_topic(name)?;
-        if let Some(topic) = read(&self.topics).get(name) {
-            return Ok(Arc::clone(topic));
-        }
-        if self.options.read_only {
-            self.discover()?;
-        }
-        read(&self.topics)
-            .get(name)
-            .cloned()
-            .ok_or_else(|| BusError::UnknownTopic(name.to_owned()))
-    }
-
-    /// A partition to read: in a read-only open, brought up to what the
-    /// writer has acked first.
-    pub(crate) fn readable(&self, topic: &str, partition: u32) -> Result<Arc<Partition>, BusError> {
-        let topic = self.topic(topic)?;
-        let partition = Arc::clone(topic.partition(partition)?);
-        if self.options.read_only {
-            partition.refresh()?;
-        }
-        Ok(partition)
-    }
-
-    /// Opens the topics provisioned since the last look (read-only opens;
-    /// a directory without topics yet has none).
-    fn discover(&self) -> Result<(), BusError> {
-        let specs = match topic::list(&self.topics_dir) {
-            Ok(specs) => specs,
-            Err(BusError::Io(error)) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(());
-            }
-            Err(error) => return Err(error),
-        };
-        for spec in specs {
-            if read(&self.topics).contains_key(&spec.name) {
-                continue;
-            }
-            let name = spec.name.clone();
-            let opened = Arc::new(topic::open(&self.topics_dir, spec, &self.options)?);
-            write(&self.topics).entry(name).or_insert(opened);
-        }
-        Ok(())
-    }
-
-    /// Refuses `operation` on a read-only open.
-    fn writable(&self, operation: &str) -> Result<(), BusError> {
-        if self.options.read_only {
-            return Err(BusError::ReadOnly {
-                operation: operation.to_owned(),
-                path: self.root.clone(),
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn auth(&self) -> Option<RecordAuth> {
-        read(&self.auth).clone()
-    }
-
-    fn flush_all(&self) {
-        let topics: Vec<Arc<Topic>> = read(&self.topics).values().cloned().collect();
-        for topic in topics {
-            for partition in &topic.partitions {
-                // A failure poisons the partition, which its next publish reports.
-                let _ = partition.flush();
-            }
-        }
     }
 }
 

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::partition::{Partition, WriterState, lock};
 
 /// File name inside the partition directory.
 pub(crate) const FILE: &str = "recovery-point";
@@ -88,50 +87,6 @@ pub(crate) fn read(dir: &Path) -> Result<Option<RecoveryPoint>, BusError> {
 /// Replaces the partition's recovery point; `point` must be durable already.
 pub(crate) fn write(dir: &Path, point: &RecoveryPoint) -> std::io::Result<()> {
     fsutil::write_atomic(&path(dir), &encode(point))
-}
-
-impl WriterState {
-    /// What the writer has made durable: everything it wrote, unless
-    /// bytes written under `Durability::Interval` are still unsynced.
-    pub(crate) fn durable_point(&self) -> Option<RecoveryPoint> {
-        (!self.dirty && self.poisoned.is_none()).then_some(RecoveryPoint {
-            base: self.base,
-            len: self.pos,
-            next: self.next,
-        })
-    }
-}
-
-impl Partition {
-    /// Records how far the log is durable, when that moved (fsyncing bytes
-    /// written under `Durability::Interval` first). A poisoned partition
-    /// keeps its last recovery point.
-    pub(crate) fn save_recovery_point(&self) -> Result<(), BusError> {
-        let mut writer = lock(&self.writer);
-        if writer.poisoned.is_some() {
-            return Ok(());
-        }
-        if writer.dirty {
-            drop(writer);
-            self.flush()?;
-            writer = lock(&self.writer);
-        }
-        self.store_point(&mut writer)?;
-        Ok(())
-    }
-
-    /// Writes the writer's durable point if it differs from the stored one.
-    pub(crate) fn store_point(&self, writer: &mut WriterState) -> std::io::Result<()> {
-        let Some(point) = writer.durable_point() else {
-            return Ok(());
-        };
-        if writer.recovery_point == Some(point) {
-            return Ok(());
-        }
-        write(&self.dir, &point)?;
-        writer.recovery_point = Some(point);
-        Ok(())
-    }
 }
 
 #[cfg(test)]

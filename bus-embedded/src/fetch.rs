@@ -10,8 +10,9 @@ use bus_core::auth::{RecordAuth, RecordParts, TagFault};
 use bus_core::{BusError, StoredEvent};
 
 use crate::frame::RecordRef;
-use crate::partition::{Partition, lock};
+use crate::partition::Partition;
 use crate::segment::{self, FrameReader};
+use bus_core::sync::lock;
 
 /// Where one read of a segment starts.
 struct Snapshot {

@@ -46,6 +46,8 @@ mod fsutil;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod index;
+mod inner;
+mod notifier;
 mod options;
 mod partition;
 mod poison;

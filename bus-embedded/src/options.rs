@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use crate::subscribe::Notifier;
+use crate::notifier::Notifier;
 
 /// When a publish is acknowledged relative to `fdatasync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

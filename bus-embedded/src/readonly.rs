@@ -15,10 +15,11 @@ use bus_core::BusError;
 use crate::acked::{AckedEnd, Limit};
 use crate::index::{self, SegmentIndex};
 use crate::options::Options;
-use crate::partition::{Partition, ReadState, SegmentMeta, WriterState, lock};
+use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
 use crate::poison::Poison;
 use crate::segment::{self, FrameReader, IDX, LOG, UIDS};
 use crate::uidtable::Table;
+use bus_core::sync::lock;
 
 /// Why a read-only partition's writer state refuses every append.
 const READ_ONLY: &str = "write: the bus was opened read-only";

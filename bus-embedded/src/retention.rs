@@ -7,11 +7,12 @@ use bus_core::BusError;
 
 use crate::fsutil;
 use crate::index::{self, SegmentIndex, UidIndex};
-use crate::partition::{Partition, SegmentMeta, WriterState, lock};
+use crate::partition::{Partition, SegmentMeta, WriterState};
 use crate::poison::Poison;
 use crate::recovery::create_segment;
 use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, UIDS};
 use crate::uidtable::SealedUids;
+use bus_core::sync::lock;
 
 impl Partition {
     /// Rolls before a frame of `frame_len` bytes written at `now` when the

@@ -1,46 +1,17 @@
 //! Live subscriptions (contract C17–C19): a feed that reads through the
-//! log, and the doorbells the writer rings once a round's records are acked
-//! and visible to fetch (a read-only open is rung by its file watcher
-//! instead, see `watch`).
+//! log, woken by the bus's `Notifier` (a read-only open is rung by its file
+//! watcher instead, see `watch`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use bus_core::subscription::Plan;
 use bus_core::{
-    BusError, DoorbellRegistry, EventBus, Feed, Selector, StartAt, StoredEvent, SubscribeOptions,
-    Subscription,
+    BusError, EventBus, Feed, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
 };
 
-use crate::broker::Inner;
+use crate::inner::Inner;
+use crate::notifier::Notifier;
 use crate::watch::Watch;
-
-/// The doorbells of one bus's live subscriptions.
-#[derive(Debug, Default)]
-pub(crate) struct Notifier {
-    /// Live feeds: the commit path skips the registry while it is zero.
-    listeners: AtomicUsize,
-    bells: DoorbellRegistry,
-}
-
-impl Notifier {
-    /// Rings the bells of `topic`; a load of one atomic when nobody listens.
-    ///
-    /// Relaxed is enough: a feed counts itself before its subscription
-    /// first reads the partition, and that read is ordered with the
-    /// writer's update of what fetch sees (the partition's read lock), so
-    /// a writer that finds zero here published records that read sees.
-    pub(crate) fn ring(&self, topic: &str) {
-        if self.listeners.load(Ordering::Relaxed) > 0 {
-            self.bells.ring(topic);
-        }
-    }
-
-    /// Ends every subscription's waits (the bus is closing).
-    pub(crate) fn close_all(&self) {
-        self.bells.close_all();
-    }
-}
 
 /// Reads a topic for one subscription through the bus's shared state. It
 /// holds that state weakly, so a subscription outliving its bus keeps no
@@ -57,7 +28,7 @@ struct LogFeed {
 impl LogFeed {
     fn new(inner: &Arc<Inner>, topic: &str) -> Self {
         let notifier = Arc::clone(&inner.options.notifier);
-        notifier.listeners.fetch_add(1, Ordering::Relaxed);
+        notifier.listen();
         Self {
             inner: Arc::downgrade(inner),
             topic: topic.to_owned(),
@@ -69,7 +40,7 @@ impl LogFeed {
 
 impl Drop for LogFeed {
     fn drop(&mut self) {
-        self.notifier.listeners.fetch_sub(1, Ordering::Relaxed);
+        self.notifier.unlisten();
     }
 }
 
@@ -110,7 +81,7 @@ pub(crate) fn subscribe(
     let spec = inner.topic(topic)?;
     // Listen before the start positions are read: a record acked after
     // that read then rings this bell (or is seen by the first read).
-    let bell = inner.options.notifier.bells.register(topic);
+    let bell = inner.options.notifier.register(topic);
     let mut feed = LogFeed::new(inner, topic);
     if inner.options.read_only {
         let dirs = spec.partitions.iter().map(|p| p.dir.clone()).collect();
@@ -118,22 +89,4 @@ pub(crate) fn subscribe(
     }
     let plan = Plan::new(bus, topic, selector, start)?;
     Ok(Subscription::new(plan, options, Box::new(feed), bell))
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn ring_reaches_the_registry_only_while_a_feed_listens() {
-        let notifier = Notifier::default();
-        let bell = notifier.bells.register("t");
-        let seen = bell.generation();
-        notifier.ring("t");
-        assert_eq!(bell.generation(), seen, "nobody counted as listening");
-        notifier.listeners.fetch_add(1, Ordering::Relaxed);
-        notifier.ring("t");
-        assert_ne!(bell.generation(), seen);
-    }
 }

@@ -8,8 +8,8 @@ use bus_core::{
     uid_partition, validate_uid,
 };
 
-use crate::reader::lock;
 use crate::{KafkaBus, fetch, provision};
+use bus_core::sync::lock;
 
 impl EventBus for KafkaBus {
     fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {

@@ -42,7 +42,7 @@ pub(crate) struct Late {
 impl Late {
     /// Records the report (the first one wins) and wakes the waiters.
     pub(crate) fn set(&self, outcome: Result<i64, KafkaError>) {
-        let mut slot = crate::reader::lock(&self.outcome);
+        let mut slot = bus_core::sync::lock(&self.outcome);
         if slot.is_none() {
             *slot = Some(outcome);
         }
@@ -51,12 +51,12 @@ impl Late {
 
     /// The report, if it has come.
     pub(crate) fn peek(&self) -> Option<Result<i64, KafkaError>> {
-        crate::reader::lock(&self.outcome).clone()
+        bus_core::sync::lock(&self.outcome).clone()
     }
 
     /// The report, waiting for it until `deadline`.
     pub(crate) fn wait_until(&self, deadline: Instant) -> Option<Result<i64, KafkaError>> {
-        let mut slot = crate::reader::lock(&self.outcome);
+        let mut slot = bus_core::sync::lock(&self.outcome);
         while slot.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

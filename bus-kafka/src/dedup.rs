@@ -17,8 +17,9 @@ use bus_core::auth::RecordAuth;
 use bus_core::{BusError, now_ms};
 
 use crate::client::Late;
-use crate::reader::{RawMessage, lock};
+use crate::reader::RawMessage;
 use crate::{Core, KafkaOptions};
+use bus_core::sync::lock;
 
 /// Records read per step of an index scan.
 const SCAN_PAGE: usize = 2_000;

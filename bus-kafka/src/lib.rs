@@ -77,8 +77,8 @@ pub use client::kafka_topic_name;
 pub const SCHEMES: &[&str] = &["kafka", "kafkas", "kafka+tls", "kafka+ssl"];
 pub use options::{DEFAULT_MANIFEST_TOPIC, KafkaOptions, SaslMechanism};
 
+use bus_core::sync::lock;
 use client::{Delivery, Producer};
-use reader::lock;
 use registry::{Entry, Registry};
 
 /// Extra time the connector waits past the bus timeout, so librdkafka's own

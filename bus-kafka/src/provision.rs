@@ -10,9 +10,9 @@ use rdkafka::producer::BaseRecord;
 use rdkafka::util::Timeout;
 
 use crate::client::{self, kafka_topic_name, list_topics, map_error, remaining, topic_ready};
-use crate::reader::lock;
 use crate::registry::Entry;
 use crate::{Core, KafkaOptions};
+use bus_core::sync::lock;
 
 type Admin = rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>;
 

@@ -33,8 +33,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
 use crate::client::map_error;
-use crate::reader::{self, lock};
+use crate::reader;
 use crate::{Core, KafkaBus, KafkaOptions, fetch};
+use bus_core::sync::lock;
 
 /// Records buffered per partition before the partition is paused.
 const BUFFER: usize = 1024;

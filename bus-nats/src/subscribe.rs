@@ -20,7 +20,9 @@
 //! where the stream ends, so nothing published meanwhile is missed.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
+
+use bus_core::sync::lock;
 
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::push::OrderedConfig;
@@ -96,10 +98,6 @@ struct Inner {
     /// Name prefix of this subscription's push consumers (re-creations add
     /// a suffix), for deleting them on drop.
     consumer: String,
-}
-
-fn lock(live: &Mutex<Live>) -> MutexGuard<'_, Live> {
-    live.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Inner {

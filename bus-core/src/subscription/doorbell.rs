@@ -26,7 +26,7 @@ impl Doorbell {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// Wakes the subscription.
@@ -90,7 +90,7 @@ impl DoorbellRegistry {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Weak<Doorbell>>>> {
-        self.bells.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.bells)
     }
 
     /// A new doorbell rung for every record of `topic`.
