@@ -170,7 +170,8 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             )?;
         }
         Command::Maintenance { now } => {
-            let expired = commands::connect(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;
+            let expired =
+                commands::connect_existing(&url)?.maintenance(now.unwrap_or_else(bus::now_ms))?;
             writeln!(out, "expired {expired} records")?;
         }
         Command::Profile(command) => match command {

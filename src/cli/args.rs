@@ -117,8 +117,8 @@ pub enum Command {
         /// Stop after this many records.
         #[arg(long)]
         count: Option<u64>,
-        /// When more than this many records behind, skip ahead and print a lag line.
-        #[arg(long)]
+        /// When more than this many records behind, skip ahead and print a lag line (with --follow).
+        #[arg(long, requires = "follow")]
         max_lag: Option<u64>,
         /// Keep printing new records as they arrive (a live subscription).
         #[arg(long, short)]

@@ -22,13 +22,7 @@ use bus::BusError;
 fn bench_targets(url: Option<&str>) -> Result<Vec<(&'static str, String)>, BusError> {
     if let Some(url) = url {
         let backend = bus::backend_of(url)?;
-        // The embedded bench writes into a fresh temporary directory, never into the user's data.
-        let url = if backend.name == "embedded" {
-            String::new()
-        } else {
-            url.to_owned()
-        };
-        return Ok(vec![(backend.name, url)]);
+        return Ok(vec![(backend.name, url.to_owned())]);
     }
     let mut targets = vec![("memory", "memory://".to_owned())];
     if cfg!(feature = "embedded") {
@@ -69,7 +63,12 @@ pub fn run_bench(
         if !only.is_empty() && !only.iter().any(|name| name == backend) {
             continue;
         }
-        let temp = tempdir_for(backend)?;
+        // The embedded bench writes into a fresh directory, never into the
+        // user's data: beside the named one (same disk), else in the temp dir.
+        let temp = match embedded_dir(backend, &url) {
+            Some(named) => bench_dir_beside(&named)?,
+            None => tempdir_for(backend)?,
+        };
         let url = if backend == "embedded" {
             format!("file://{}", temp.join("data").display())
         } else {
@@ -114,6 +113,35 @@ pub fn run_bench(
         write!(out, "\n{}", bench::compare(&rows, &earlier))?;
     }
     Ok(())
+}
+
+/// The directory an embedded `--url` names, if any.
+fn embedded_dir(backend: &str, url: &str) -> Option<std::path::PathBuf> {
+    if backend != "embedded" || url.is_empty() {
+        return None;
+    }
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    (!path.is_empty()).then(|| std::path::PathBuf::from(path))
+}
+
+/// A fresh directory beside `named` (on its disk), reported on stderr.
+fn bench_dir_beside(named: &std::path::Path) -> Result<std::path::PathBuf, BusError> {
+    let parent = match named.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = named
+        .file_name()
+        .map_or_else(|| "bus".into(), |name| name.to_string_lossy().into_owned());
+    let dir = parent.join(format!(".{name}.bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    exit::warn(&format!(
+        "bench: embedded runs in {} (beside {}, removed afterwards; your data is not touched)",
+        dir.display(),
+        named.display()
+    ));
+    Ok(dir)
 }
 
 fn tempdir_for(backend: &str) -> Result<std::path::PathBuf, BusError> {

@@ -70,3 +70,61 @@ fn bench_with_a_url_measures_only_that_backend() {
         "{rows:?}"
     );
 }
+
+#[test]
+fn bench_on_a_named_directory_runs_beside_it_and_leaves_it_alone() {
+    let dir = provisioned();
+    let data = dir._temp.path().join("data");
+    let listing = |path: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(path)
+            .expect("list")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&data);
+    let result = run(
+        &dir,
+        &[
+            "--url",
+            &dir.url,
+            "bench",
+            "--records",
+            "200",
+            "--samples",
+            "20",
+            "--threads",
+            "2",
+            "--idle-secs",
+            "0",
+            "--json",
+        ],
+        None,
+    );
+    assert_eq!(result.code, 0, "{}", result.stderr);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&result.stdout).expect("rows");
+    assert!(
+        rows.iter().all(|row| row["backend"] == "embedded"),
+        "{rows:?}"
+    );
+    let beside = ".data.bench-";
+    assert!(
+        result.stderr.contains(beside),
+        "the bench says where it ran: {}",
+        result.stderr
+    );
+    assert_eq!(listing(&data), before, "the named bus was written to");
+    assert!(
+        !listing(dir._temp.path())
+            .iter()
+            .any(|name| name.contains(beside)),
+        "the bench directory was left behind"
+    );
+}

@@ -107,6 +107,7 @@ fn read_commands_on_a_missing_directory_fail_and_create_nothing() {
         &["fetch", "audit", "--partition", "0"],
         &["find", "audit", "--key", "k", "--uid", "u"],
         &["tail", "audit"],
+        &["maintenance"],
     ] {
         let result = run(&dir, args, None);
         assert_eq!(result.code, 2, "bus {args:?}: {}", result.stderr);
@@ -117,4 +118,12 @@ fn read_commands_on_a_missing_directory_fail_and_create_nothing() {
         );
         assert!(!path.exists(), "bus {args:?} created {}", path.display());
     }
+}
+
+#[test]
+fn max_lag_without_follow_is_bad_usage() {
+    let dir = provisioned();
+    let result = run(&dir, &["tail", "audit", "--max-lag", "5"], None);
+    assert_eq!(result.code, 2, "{}", result.stderr);
+    assert!(result.stderr.contains("--follow"), "{}", result.stderr);
 }
