@@ -15,8 +15,25 @@ pub(crate) fn pg(what: &str, error: &tokio_postgres::Error) -> BusError {
             let message = format!("{what}: {} ({})", db.message(), db.code().code());
             BusError::backend_caused("postgres", message, db.clone())
         }
-        _ => BusError::unavailable(BACKEND, format!("{what}: {error}")),
+        Some(db) => BusError::unavailable_caused(BACKEND, format!("{what}: {error}"), db.clone()),
+        None => match io_cause(error) {
+            Some(io) => BusError::unavailable_caused(BACKEND, format!("{what}: {error}"), io),
+            None => BusError::unavailable(BACKEND, format!("{what}: {error}")),
+        },
     }
+}
+
+/// The OS error under a client error (a refused or reset connection), as
+/// an owned copy of its kind and text: the client's error cannot be cloned.
+fn io_cause(error: &tokio_postgres::Error) -> Option<std::io::Error> {
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            return Some(std::io::Error::new(io.kind(), io.to_string()));
+        }
+        cause = inner.source();
+    }
+    None
 }
 
 /// Server states that mean "not now" rather than "not this way".

@@ -134,6 +134,14 @@ fn outage(crash: bool) {
     );
     assert!(!outcome.failures.is_empty(), "no call failed");
     outcome.assert_failures_transient(LIMIT);
+    assert!(
+        outcome
+            .failures
+            .iter()
+            .any(|failure| std::error::Error::source(&failure.error).is_some()),
+        "no outage error kept its cause as source(): {}",
+        outcome.summary()
+    );
     assert!(outcome.fetched > 0, "the reader read nothing");
     assert!(
         !seen.errors.is_empty(),
