@@ -26,6 +26,7 @@ pub mod metrics;
 mod partition;
 mod percent;
 mod prepare;
+mod publish_glue;
 pub mod record;
 mod secrets;
 pub mod subscription;

@@ -12,7 +12,7 @@ use crate::{
     BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
     Manifest, PartitionOffsets, PreparedRecord, PublishAck, RawRecord, Selector, StartAt,
     StoredEvent, SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms,
-    prepare_record, uid_partition, validate_topic, validate_uid,
+    prepare_record, uid_partition, validate_topic,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -235,27 +235,7 @@ impl EventBus for MemoryBus {
         Ok(())
     }
 
-    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "memory", topic = %topic))]
-    fn publish(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
-    }
-
-    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "memory", topic = %topic, uid = %event_uid))]
-    fn publish_idempotent(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-        event_uid: &str,
-    ) -> Result<PublishAck, BusError> {
-        validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
-    }
+    crate::publish_through_publish_one!("memory");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "memory", topic = %topic_name, uid = %event_uid))]
     fn find_event_by_uid(

@@ -15,7 +15,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    prepare_record, uid_partition, validate_uid,
+    prepare_record, uid_partition,
 };
 
 use crate::frame::NewRecord;
@@ -188,7 +188,11 @@ impl EmbeddedBus {
         value: &serde_json::Value,
         uid: Option<&str>,
     ) -> Result<PublishAck, BusError> {
-        self.inner.writable("publish")?;
+        self.inner.writable(if uid.is_some() {
+            "publish_idempotent"
+        } else {
+            "publish"
+        })?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
         let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
@@ -238,28 +242,7 @@ impl EventBus for EmbeddedBus {
         Ok(())
     }
 
-    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "embedded", topic = %topic))]
-    fn publish(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
-    }
-
-    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "embedded", topic = %topic, uid = %event_uid))]
-    fn publish_idempotent(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-        event_uid: &str,
-    ) -> Result<PublishAck, BusError> {
-        self.inner.writable("publish_idempotent")?;
-        validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
-    }
+    bus_core::publish_through_publish_one!("embedded");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "embedded", topic = %topic_name, uid = %event_uid))]
     fn find_event_by_uid(

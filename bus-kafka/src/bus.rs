@@ -5,7 +5,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    uid_partition, validate_uid,
+    uid_partition,
 };
 
 use crate::{KafkaBus, fetch, provision};
@@ -28,27 +28,7 @@ impl EventBus for KafkaBus {
         Ok(())
     }
 
-    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "kafka", topic = %topic))]
-    fn publish(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
-    }
-
-    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "kafka", topic = %topic, uid = %event_uid))]
-    fn publish_idempotent(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-        event_uid: &str,
-    ) -> Result<PublishAck, BusError> {
-        validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
-    }
+    bus_core::publish_through_publish_one!("kafka");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "kafka", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(

@@ -10,7 +10,7 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    check_partition, uid_partition, validate_topic, validate_uid,
+    check_partition, uid_partition, validate_topic,
 };
 
 use crate::errors::{BACKEND, unavailable_caused};
@@ -189,27 +189,7 @@ impl EventBus for NatsBus {
         Ok(())
     }
 
-    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "nats", topic = %topic))]
-    fn publish(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
-    }
-
-    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "nats", topic = %topic, uid = %event_uid))]
-    fn publish_idempotent(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-        event_uid: &str,
-    ) -> Result<PublishAck, BusError> {
-        validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
-    }
+    bus_core::publish_through_publish_one!("nats");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "nats", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(

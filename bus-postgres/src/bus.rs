@@ -135,27 +135,7 @@ impl EventBus for PostgresBus {
         Ok(())
     }
 
-    #[tracing::instrument(name = "bus.publish", skip_all, fields(backend = "postgres", topic = %topic))]
-    fn publish(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-    ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
-    }
-
-    #[tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = "postgres", topic = %topic, uid = %event_uid))]
-    fn publish_idempotent(
-        &self,
-        topic: &str,
-        key: &str,
-        value: &serde_json::Value,
-        event_uid: &str,
-    ) -> Result<PublishAck, BusError> {
-        validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
-    }
+    bus_core::publish_through_publish_one!("postgres");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "postgres", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(

@@ -1,0 +1,35 @@
+//! The two publish methods every backend writes the same way: both go to
+//! the backend's own `publish_one(topic, key, value, uid)`, in a span
+//! naming the backend, after the UID is checked.
+
+/// Expands, inside an `impl EventBus for X` block, to `publish` and
+/// `publish_idempotent`, both calling the inherent method
+/// `X::publish_one(&self, topic: &str, key: &str, value: &serde_json::Value,
+/// uid: Option<&str>) -> Result<PublishAck, BusError>`. The argument is the
+/// backend's name, as the spans' `backend` field.
+#[macro_export]
+macro_rules! publish_through_publish_one {
+    ($backend:tt) => {
+        #[::tracing::instrument(name = "bus.publish", skip_all, fields(backend = $backend, topic = %topic))]
+        fn publish(
+            &self,
+            topic: &str,
+            key: &str,
+            value: &::serde_json::Value,
+        ) -> ::std::result::Result<$crate::PublishAck, $crate::BusError> {
+            self.publish_one(topic, key, value, None)
+        }
+
+        #[::tracing::instrument(name = "bus.publish_idempotent", skip_all, fields(backend = $backend, topic = %topic, uid = %event_uid))]
+        fn publish_idempotent(
+            &self,
+            topic: &str,
+            key: &str,
+            value: &::serde_json::Value,
+            event_uid: &str,
+        ) -> ::std::result::Result<$crate::PublishAck, $crate::BusError> {
+            $crate::validate_uid(event_uid)?;
+            self.publish_one(topic, key, value, Some(event_uid))
+        }
+    };
+}
