@@ -37,8 +37,11 @@ use crate::topic::{self, Topic};
 /// ```
 #[derive(Debug)]
 pub struct EmbeddedBus {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     flusher: Option<Flusher>,
+    /// False for the internal handles the async surface moves onto the
+    /// blocking pool: dropping one closes nothing.
+    primary: bool,
 }
 
 /// What the bus, its flusher and its subscriptions' feeds share.
@@ -131,7 +134,11 @@ impl EmbeddedBus {
             Durability::Interval(ms) => Some(Flusher::start(Arc::clone(&inner), ms)?),
             Durability::Sync => None,
         };
-        Ok(Self { inner, flusher })
+        Ok(Self {
+            inner,
+            flusher,
+            primary: true,
+        })
     }
 
     fn open_reader(root: PathBuf, options: Options) -> Result<Self, BusError> {
@@ -153,6 +160,7 @@ impl EmbeddedBus {
         Ok(Self {
             inner,
             flusher: None,
+            primary: true,
         })
     }
 
@@ -172,7 +180,18 @@ impl EmbeddedBus {
             .ok_or_else(|| BusError::backend("embedded", "raw append stored nothing"))
     }
 
-    fn record(
+    /// Another handle on the same open bus, for work moved off the
+    /// caller's thread; dropping it closes nothing.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn handle(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            flusher: None,
+            primary: false,
+        }
+    }
+
+    pub(crate) fn record(
         &self,
         topic: &Topic,
         key: &str,
@@ -268,7 +287,7 @@ impl Inner {
     }
 
     /// Refuses `operation` on a read-only open.
-    fn writable(&self, operation: &str) -> Result<(), BusError> {
+    pub(crate) fn writable(&self, operation: &str) -> Result<(), BusError> {
         if self.options.read_only {
             return Err(BusError::ReadOnly {
                 operation: operation.to_owned(),
@@ -311,6 +330,9 @@ impl Flusher {
 
 impl Drop for EmbeddedBus {
     fn drop(&mut self) {
+        if !self.primary {
+            return;
+        }
         // Its subscriptions end (their feeds hold the state only weakly).
         self.inner.options.notifier.close_all();
         if let Some(Flusher { stop, thread }) = self.flusher.take() {
