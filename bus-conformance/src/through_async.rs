@@ -26,15 +26,32 @@ pub struct ThroughAsync<B> {
 impl<B> ThroughAsync<B> {
     /// Wraps `bus`.
     pub fn new(bus: B) -> Result<Self, BusError> {
+        Self::build(|| async move { Ok(bus) })
+    }
+
+    /// Wraps the bus `make` builds on the wrapper's runtime (a NATS bus
+    /// made by `connect_async` keeps its connection there: the runtime of
+    /// the async caller).
+    pub fn build<F, Fut>(make: F) -> Result<Self, BusError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<B, BusError>>,
+    {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("through-async")
             .enable_all()
             .build()?;
+        let bus = runtime.block_on(make())?;
         Ok(Self {
             bus,
             runtime: Some(runtime),
         })
+    }
+
+    /// The wrapped bus.
+    pub fn inner(&self) -> &B {
+        &self.bus
     }
 
     fn wait<T>(&self, future: impl Future<Output = T>) -> T {
