@@ -20,6 +20,10 @@
 //! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]`; `kafkas://` (or `kafka+tls://`) for TLS |
 //! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`); `sslmode=verify-full&sslrootcert=CA.pem` for TLS |
 //! | (always) | in-memory | `memory://` |
+//!
+//! Feature `async` adds `AsyncEventBus`, the operations as
+//! futures, on memory and every compiled-in backend but PostgreSQL (see the
+//! README's "The async surface").
 
 pub use bus_core::*;
 

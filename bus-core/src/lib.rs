@@ -4,7 +4,7 @@
 //! authentication, the in-memory reference backend ([`memory::MemoryBus`],
 //! for unit tests of any crate) and (feature `connector`) the
 //! `ConnectorExecutor` that network backends run their async clients on, and
-//! (feature `async`) the async surface [`AsyncEventBus`].
+//! (feature `async`) the async surface `AsyncEventBus`.
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
