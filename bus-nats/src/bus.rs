@@ -97,6 +97,62 @@ impl Runner {
         }
     }
 
+    /// [`Runner::run_bounded`] for a subscription's reads, which run on the
+    /// subscription's own thread: on the caller's runtime, the wait also
+    /// ends when the subscription's `bell` is closed, so dropping the
+    /// subscription from a task of that runtime (which may be the one
+    /// thread the read's future needs) never waits for the read.
+    pub(crate) fn run_watching<F, Fut, T>(
+        &self,
+        bell: &Arc<bus_core::Doorbell>,
+        what: &str,
+        timeout: Duration,
+        operation: F,
+    ) -> Result<T, BusError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let runtime = match self {
+            Self::Connector(executor) => return executor.run_bounded(what, timeout, operation),
+            Self::Runtime(runtime) => runtime,
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let rung = Arc::clone(bell);
+        runtime.spawn(async move {
+            let result = tokio::time::timeout(timeout, operation()).await;
+            let _ = sender.send(result.ok());
+            // The subscription re-reads after a ring: a spurious one costs
+            // a read at the known end, answered without a round trip.
+            rung.ring();
+        });
+        let deadline = std::time::Instant::now() + timeout + CLEANUP_TIMEOUT;
+        loop {
+            let seen = bell.generation();
+            match receiver.try_recv() {
+                Ok(Some(value)) => return Ok(value),
+                Ok(None) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(unavailable(format!(
+                        "{what}: the runtime it ran on has shut down"
+                    )));
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            }
+            if bell.is_closed() {
+                return Err(unavailable(format!("{what}: the subscription was closed")));
+            }
+            if !bell.wait_past(seen, deadline) {
+                break;
+            }
+        }
+        Err(BusError::Timeout {
+            operation: what.to_owned(),
+            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
     /// Spawns background work.
     pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
         match self {

@@ -359,14 +359,15 @@ impl Feed for NatsFeed {
         };
         let (shared, topic) = (Arc::clone(&inner.shared), Arc::clone(&inner.topic));
         let reader = Arc::clone(&self.inner);
-        let messages = self
-            .executor
-            .run_bounded("subscription read", shared.timeout, {
-                move || async move {
-                    let part = reader.part(partition)?;
-                    fetch::fetch_with(&shared, &topic, partition, from, limit, &part.cursor).await
-                }
-            })??;
+        let messages =
+            self.executor
+                .run_watching(&inner.bell, "subscription read", shared.timeout, {
+                    move || async move {
+                        let part = reader.part(partition)?;
+                        fetch::fetch_with(&shared, &topic, partition, from, limit, &part.cursor)
+                            .await
+                    }
+                })??;
         {
             let mut live = lock(&part.live);
             match messages.last() {
@@ -388,11 +389,12 @@ impl Feed for NatsFeed {
             )));
         }
         let (shared, topic) = (Arc::clone(&inner.shared), Arc::clone(&inner.topic));
-        let offsets =
-            self.executor
-                .run_bounded("subscription head", shared.timeout, move || {
-                    fetch::offsets(shared, topic, partition)
-                })??;
+        let offsets = self.executor.run_watching(
+            &inner.bell,
+            "subscription head",
+            shared.timeout,
+            move || fetch::offsets(shared, topic, partition),
+        )??;
         Ok(offsets.next)
     }
 }

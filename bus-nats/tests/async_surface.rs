@@ -178,3 +178,68 @@ fn a_bus_over_the_applications_client_runs_on_its_runtime() {
     });
     common::cleanup(&bus);
 }
+
+/// Dropping a subscription's stream from the one thread of a current-thread
+/// runtime while its history read is in flight (the read's future needs
+/// that very thread) returns at once instead of waiting out the timeout.
+#[test]
+fn dropping_a_stream_mid_read_on_a_current_thread_runtime_does_not_wait() {
+    let Some(options) = options("drop_mid_read") else {
+        return;
+    };
+    let options = options.timeout(std::time::Duration::from_secs(8));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus = runtime.block_on(async {
+        let bus = NatsBus::connect_async_with(options).await.unwrap();
+        let surface: &dyn AsyncEventBus = &bus;
+        surface
+            .provision(&Manifest::new([TopicSpec::new("t", 1)]))
+            .await
+            .unwrap();
+        let records: Vec<_> = (0..2_000)
+            .map(|i| BatchRecord::new("k", json!({"i": i})))
+            .collect();
+        for chunk in records.chunks(500) {
+            surface.publish_batch("t", chunk).await.unwrap();
+        }
+        // The subscription reads pages of 512: after a page's last items
+        // the stream's thread is reading the next page, whose future needs
+        // this runtime's one thread.
+        for taken in [512, 1024] {
+            let mut stream = surface
+                .subscribe(
+                    "t",
+                    Selector::Partition(0),
+                    StartAt::Beginning,
+                    SubscribeOptions::default(),
+                )
+                .await
+                .unwrap();
+            stream.next().await.unwrap().unwrap();
+            // Tasks alive while the stream's thread is not reading.
+            let metrics = tokio::runtime::Handle::current().metrics();
+            let idle = metrics.num_alive_tasks();
+            for _ in 1..taken {
+                stream.next().await.unwrap().unwrap();
+            }
+            // Hold this thread until the thread's next read has been
+            // spawned onto it (bounded: at some counts it reads none).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while metrics.num_alive_tasks() <= idle && std::time::Instant::now() < deadline {
+                std::hint::spin_loop();
+            }
+            let started = std::time::Instant::now();
+            drop(stream);
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(4),
+                "dropping the stream after {taken} items waited {:?}",
+                started.elapsed()
+            );
+        }
+        bus
+    });
+    common::cleanup(&bus);
+}
