@@ -187,6 +187,7 @@ async fn compare(
     );
 }
 
+#[cfg(any(feature = "nats", feature = "kafka"))]
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
