@@ -231,7 +231,7 @@ async fn nats(shape: Shape) -> Result<(), BusError> {
     compare(
         "NATS",
         Arc::clone(&asynchronous) as Arc<dyn AsyncEventBus>,
-        synchronous as Arc<dyn EventBus>,
+        Arc::clone(&synchronous) as Arc<dyn EventBus>,
         "bench",
         shape,
     )
@@ -240,6 +240,27 @@ async fn nats(shape: Shape) -> Result<(), BusError> {
         !asynchronous.connector_started(),
         "the async NATS bus started a connector thread"
     );
+    // The same, with the async bus's connection task on a one-worker
+    // runtime of its own (as `NatsBus::from_client` with a client
+    // connected there would have it), not among the 64 publishing tasks.
+    let side = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let apart = Arc::new(
+        side.spawn(bus::NatsBus::connect_async_with(options))
+            .await
+            .unwrap()?,
+    );
+    compare(
+        "NATS, connection on its own runtime",
+        apart as Arc<dyn AsyncEventBus>,
+        Arc::clone(&synchronous) as Arc<dyn EventBus>,
+        "bench",
+        shape,
+    )
+    .await;
+    side.shutdown_background();
     Ok(())
 }
 
