@@ -20,8 +20,17 @@
 //! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]`; `kafkas://` (or `kafka+tls://`) for TLS |
 //! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`); `sslmode=verify-full&sslrootcert=CA.pem` for TLS |
 //! | (always) | in-memory | `memory://` |
+//!
+//! Feature `async` adds `AsyncEventBus`, the operations as
+//! futures, on memory and every compiled-in backend but PostgreSQL (see the
+//! README's "The async surface").
 
 pub use bus_core::*;
+
+#[cfg(feature = "async")]
+mod async_open;
+#[cfg(feature = "async")]
+pub use async_open::{connect_async, open_async};
 
 // Each backend crate, and its bus and options types, under the facade: a
 // user who builds a backend by hand (`bus::NatsOptions::new(..)`) needs no
@@ -199,6 +208,12 @@ mod schemes {
 
 /// `file://DIR[?read_only=true|false]`.
 fn open_file(rest: &str) -> Result<Box<dyn EventBus>, BusError> {
+    let (path, read_only) = file_target(rest)?;
+    open_embedded(path, read_only)
+}
+
+/// The directory and `read_only` of `file://DIR[?read_only=true|false]`.
+fn file_target(rest: &str) -> Result<(&str, bool), BusError> {
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     let mut read_only = false;
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
@@ -215,7 +230,7 @@ fn open_file(rest: &str) -> Result<Box<dyn EventBus>, BusError> {
             }
         };
     }
-    open_embedded(path, read_only)
+    Ok((path, read_only))
 }
 
 #[cfg(feature = "embedded")]

@@ -26,10 +26,14 @@ pub mod brokers;
 pub mod faults;
 mod harness;
 pub mod outage;
+#[cfg(feature = "async")]
+mod through_async;
 pub mod tls;
 pub mod util;
 
 pub use harness::{Harness, Namespace, RawRecord, Unavailable};
+#[cfg(feature = "async")]
+pub use through_async::ThroughAsync;
 
 /// Why a case does not apply to a backend (a capability it lacks).
 #[derive(Debug)]

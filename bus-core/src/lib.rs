@@ -3,7 +3,8 @@
 //! partitioner [`partition_for`], the topic [`Manifest`], record
 //! authentication, the in-memory reference backend ([`memory::MemoryBus`],
 //! for unit tests of any crate) and (feature `connector`) the
-//! `ConnectorExecutor` that network backends run their async clients on.
+//! `ConnectorExecutor` that network backends run their async clients on, and
+//! (feature `async`) the async surface `AsyncEventBus`.
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
@@ -13,6 +14,8 @@
 //! assert!(partition_for("agent-1", 8) < 8);
 //! ```
 
+#[cfg(feature = "async")]
+pub mod asynchronous;
 pub mod auth;
 mod bus;
 mod capabilities;
@@ -32,6 +35,8 @@ mod secrets;
 pub mod subscription;
 pub mod sync;
 
+#[cfg(feature = "async")]
+pub use asynchronous::{AsyncEventBus, BoxFuture};
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;

@@ -37,8 +37,11 @@ use crate::topic::{self, Topic};
 /// ```
 #[derive(Debug)]
 pub struct EmbeddedBus {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     flusher: Option<Flusher>,
+    /// False for the internal handles the async surface moves onto the
+    /// blocking pool: dropping one closes nothing.
+    primary: bool,
 }
 
 #[derive(Debug)]
@@ -118,7 +121,11 @@ impl EmbeddedBus {
             Durability::Interval(ms) => Some(Flusher::start(Arc::clone(&inner), ms)?),
             Durability::Sync => None,
         };
-        Ok(Self { inner, flusher })
+        Ok(Self {
+            inner,
+            flusher,
+            primary: true,
+        })
     }
 
     fn open_reader(root: PathBuf, options: Options) -> Result<Self, BusError> {
@@ -140,6 +147,7 @@ impl EmbeddedBus {
         Ok(Self {
             inner,
             flusher: None,
+            primary: true,
         })
     }
 
@@ -159,7 +167,18 @@ impl EmbeddedBus {
             .ok_or_else(|| BusError::backend("embedded", "raw append stored nothing"))
     }
 
-    fn record(
+    /// Another handle on the same open bus, for work moved off the
+    /// caller's thread; dropping it closes nothing.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn handle(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            flusher: None,
+            primary: false,
+        }
+    }
+
+    pub(crate) fn record(
         &self,
         topic: &Topic,
         key: &str,
@@ -227,6 +246,9 @@ impl Flusher {
 
 impl Drop for EmbeddedBus {
     fn drop(&mut self) {
+        if !self.primary {
+            return;
+        }
         // Its subscriptions end (their feeds hold the state only weakly).
         self.inner.options.notifier.close_all();
         if let Some(Flusher { stop, thread }) = self.flusher.take() {

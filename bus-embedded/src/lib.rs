@@ -38,6 +38,8 @@
 //! ```
 
 mod acked;
+#[cfg(feature = "async")]
+mod asynchronous;
 mod broker;
 mod checkpoint;
 mod fetch;

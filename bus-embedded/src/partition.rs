@@ -5,6 +5,13 @@
 //! becomes the writer for one round: it takes everything queued, assigns
 //! offsets, writes one batch of frames, fsyncs once and acks the whole round. Records
 //! become visible to fetch (and their UIDs to dedup) only after that.
+//!
+//! An async publisher (feature `async`) queues its request the same way but
+//! never leads a round (that would write and fsync on a runtime worker):
+//! when no writer is running it calls the partition's commit thread, which
+//! leads rounds until the queue is empty, and the publisher awaits its
+//! answer. Async and sync publishers share rounds, and the lead passes
+//! only to sync publishers or to that thread.
 
 use bus_core::sync::lock;
 use std::collections::HashMap;
@@ -159,6 +166,16 @@ struct Queue {
     last_commit: Duration,
 }
 
+/// The thread that leads rounds for async publishers, started at the
+/// partition's first async publish. It holds the partition weakly, so the
+/// partition still closes cleanly when the bus drops it.
+#[derive(Debug)]
+struct Committer {
+    /// One message per call to lead; dropping it ends the thread.
+    bell: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
 #[derive(Debug)]
 struct Request {
     records: Vec<NewRecord>,
@@ -187,19 +204,30 @@ enum Turn {
 #[derive(Debug)]
 struct Slot {
     turn: Mutex<Turn>,
+    /// An async publisher's task, woken when its turn is set.
+    waker: Mutex<Option<std::task::Waker>>,
+    /// An async publisher: never handed the lead.
+    asynchronous: bool,
 }
 
 impl Slot {
     fn new() -> Self {
         Self {
             turn: Mutex::new(Turn::Waiting),
+            waker: Mutex::new(None),
+            asynchronous: false,
         }
     }
 
-    /// Sets the turn; the publisher sees it after the next
-    /// [`Partition::wake`].
+    /// Sets the turn; a sync publisher sees it after the next
+    /// [`Partition::wake`], an async one is woken now.
     fn set(&self, turn: Turn) {
         *lock(&self.turn) = turn;
+        if self.asynchronous
+            && let Some(waker) = lock(&self.waker).take()
+        {
+            waker.wake();
+        }
     }
 
     /// Blocks until the request is answered or its publisher must lead.
@@ -246,7 +274,10 @@ impl Drop for Round<'_> {
             }
         }
         // Every other publisher of the round was answered: wake them all.
-        self.partition.pass_lead(&mut lock(&self.partition.queue));
+        let called = self.partition.pass_lead(&mut lock(&self.partition.queue));
+        if called == Lead::Committer {
+            self.partition.call_committer();
+        }
         self.partition.wake();
     }
 }
@@ -269,6 +300,19 @@ pub(crate) struct Partition {
     pub(crate) acked: OnceLock<AckedEnd>,
     /// Open files of recently read sealed segments.
     pub(crate) sealed_files: Mutex<FileCache>,
+    /// Leads rounds for async publishers (see the module documentation).
+    committer: Mutex<Option<Committer>>,
+}
+
+/// Whom [`Partition::pass_lead`] handed the lead to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lead {
+    /// Nobody: the queue is empty.
+    Ended,
+    /// A sync publisher, to be woken.
+    Publisher,
+    /// The commit thread, to be called (only async publishers wait).
+    Committer,
 }
 
 impl Partition {
@@ -292,6 +336,7 @@ impl Partition {
             read: RwLock::new(read),
             acked: OnceLock::new(),
             sealed_files: Mutex::default(),
+            committer: Mutex::new(None),
         }
     }
 
@@ -399,11 +444,18 @@ impl Partition {
             // publishing: the next round waits briefly for that many.
             queue.expected = size + queue.pending.len();
             queue.last_commit = started.elapsed();
-            let handed = mine.is_some() && self.pass_lead(&mut queue);
+            let handed = if mine.is_some() {
+                self.pass_lead(&mut queue)
+            } else {
+                Lead::Ended
+            };
             drop(queue);
+            if handed == Lead::Committer {
+                self.call_committer();
+            }
             // One wake-up for the whole round and the next leader (a lone
             // publisher, who leads every round, makes no system call).
-            let woken = handed || !answers.is_empty();
+            let woken = handed == Lead::Publisher || !answers.is_empty();
             for (slot, result) in answers {
                 slot.set(Turn::Done(result));
             }
@@ -452,19 +504,136 @@ impl Partition {
         atomic_wait::wake_all(&self.answered);
     }
 
-    /// Hands the lead to the first queued publisher (true: the caller must
-    /// wake it), or ends it.
-    fn pass_lead(&self, queue: &mut Queue) -> bool {
-        match queue.pending.first() {
-            Some(next) => {
-                next.slot.set(Turn::Lead);
-                true
-            }
-            None => {
-                queue.leading = false;
-                false
-            }
+    /// Hands the lead to the first queued sync publisher (the caller must
+    /// wake it), else to the commit thread when async publishers wait (the
+    /// caller must call it, after releasing the queue), or ends it.
+    fn pass_lead(&self, queue: &mut Queue) -> Lead {
+        if let Some(next) = queue.pending.iter().find(|r| !r.slot.asynchronous) {
+            next.slot.set(Turn::Lead);
+            Lead::Publisher
+        } else if queue.pending.is_empty() {
+            queue.leading = false;
+            Lead::Ended
+        } else {
+            Lead::Committer
         }
+    }
+
+    /// Asks the commit thread to lead (it holds the lead already).
+    fn call_committer(&self) {
+        let called = lock(&self.committer)
+            .as_ref()
+            .is_some_and(|committer| committer.bell.send(()).is_ok());
+        if !called {
+            // Only async publishers start the thread, so it exists; should
+            // it be gone, the waiting publishers are answered here.
+            self.lead_rounds();
+        }
+    }
+
+    /// Starts the commit thread if it is not running.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    fn start_committer(self: &Arc<Self>) -> Result<(), BusError> {
+        let mut slot = lock(&self.committer);
+        if slot.is_some() {
+            return Ok(());
+        }
+        let (bell, calls) = std::sync::mpsc::channel::<()>();
+        let partition = Arc::downgrade(self);
+        let thread = std::thread::Builder::new()
+            .name(format!("bus-embedded-commit-{}", self.id))
+            .spawn(move || {
+                while calls.recv().is_ok() {
+                    let Some(partition) = partition.upgrade() else {
+                        return;
+                    };
+                    // A panicking round answers its publishers with an error
+                    // and poisons the partition (`Round`); the thread goes on.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        partition.lead_rounds();
+                    }));
+                }
+            })
+            .map_err(BusError::Io)?;
+        *slot = Some(Committer { bell, thread });
+        Ok(())
+    }
+
+    /// The commit thread's work: with the lead held, commits rounds until
+    /// the queue is empty, then gives the lead up.
+    fn lead_rounds(&self) {
+        let own = Arc::new(Slot::new());
+        let mut queue = lock(&self.queue);
+        loop {
+            if queue.pending.is_empty() {
+                queue.leading = false;
+                return;
+            }
+            queue = self.gather(queue);
+            let requests = take_round(&mut queue.pending);
+            drop(queue);
+            let started = Instant::now();
+            let mut round = Round {
+                partition: self,
+                requests,
+                own: &own,
+                finished: false,
+            };
+            let results = self.commit(&round.requests);
+            round.finished = true;
+            let requests = std::mem::take(&mut round.requests);
+            let size = requests.len();
+            queue = lock(&self.queue);
+            queue.expected = size + queue.pending.len();
+            queue.last_commit = started.elapsed();
+            drop(queue);
+            let any_sync = requests.iter().any(|r| !r.slot.asynchronous);
+            for (request, result) in requests.into_iter().zip(results) {
+                request.slot.set(Turn::Done(result));
+            }
+            if any_sync {
+                self.wake();
+            }
+            queue = lock(&self.queue);
+        }
+    }
+
+    /// [`Partition::append`] for an async publisher: queues the request
+    /// and returns at once; the future resolves when its round is durable.
+    /// It never writes, fsyncs nor reads a file on the caller's thread: a
+    /// UID already stored is found by the round's dedup, not up front.
+    #[cfg(feature = "async")]
+    pub(crate) fn append_async(
+        self: &Arc<Self>,
+        records: Vec<NewRecord>,
+        auth: Option<RecordAuth>,
+    ) -> Result<Answer, BusError> {
+        if records.is_empty() {
+            return Ok(Answer(None));
+        }
+        self.start_committer()?;
+        let slot = Arc::new(Slot {
+            turn: Mutex::new(Turn::Waiting),
+            waker: Mutex::new(None),
+            asynchronous: true,
+        });
+        let mut queue = lock(&self.queue);
+        queue.pending.push(Request {
+            records,
+            auth,
+            dedup: true,
+            slot: Arc::clone(&slot),
+        });
+        if queue.leading {
+            if queue.gathering && queue.pending.len() >= queue.expected {
+                self.gathered.notify_one();
+            }
+        } else {
+            queue.leading = true;
+            drop(queue);
+            self.call_committer();
+        }
+        Ok(Answer(Some(slot)))
     }
 
     /// One writer round: dedup, assign offsets, write, fsync, publish. A
@@ -690,6 +859,18 @@ impl Drop for Partition {
     /// whole log as known complete: a closed segment found shorter on the
     /// next open is damage, not a torn tail.
     fn drop(&mut self) {
+        let committer = self
+            .committer
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(Committer { bell, thread }) = committer {
+            drop(bell);
+            // The thread may hold the last handle (dropping it there).
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
         let active_index = self
             .read
             .get_mut()
@@ -770,6 +951,40 @@ fn store_active_hints(
     )?;
     crate::fsutil::write_atomic(&path(crate::segment::CLOSED_UIDS), &table)?;
     Ok(())
+}
+
+/// The answer to an async publish (see [`Partition::append_async`]).
+#[cfg(feature = "async")]
+#[derive(Debug)]
+pub(crate) struct Answer(Option<Arc<Slot>>);
+
+#[cfg(feature = "async")]
+impl std::future::Future for Answer {
+    type Output = Result<Vec<u64>, BusError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let Some(slot) = &self.0 else {
+            return std::task::Poll::Ready(Ok(Vec::new()));
+        };
+        let mut turn = lock(&slot.turn);
+        match std::mem::replace(&mut *turn, Turn::Waiting) {
+            Turn::Done(result) => std::task::Poll::Ready(result),
+            // An async publisher is never handed the lead.
+            Turn::Lead => std::task::Poll::Ready(Err(BusError::backend(
+                "embedded",
+                "an async publisher was handed the writer's lead",
+            ))),
+            Turn::Waiting => {
+                // Registered while the turn is locked: `set` takes the
+                // waker only after it changed the turn.
+                *lock(&slot.waker) = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    }
 }
 
 enum WriteError {

@@ -25,8 +25,17 @@ pub(crate) type Producer = ThreadedProducer<DeliveryContext>;
 /// and for a record with a UID also a [`Late`] slot that outlives the call.
 pub(crate) struct Ticket {
     pub index: usize,
-    pub reply: std::sync::mpsc::Sender<(usize, Result<i64, KafkaError>)>,
+    pub reply: Reply,
     pub late: Option<Arc<Late>>,
+}
+
+/// Where a publish call waits for its delivery reports: a sync caller's
+/// thread, or an async caller's task (woken by the channel; feature `async`).
+#[derive(Clone)]
+pub(crate) enum Reply {
+    Thread(std::sync::mpsc::Sender<(usize, Result<i64, KafkaError>)>),
+    #[cfg(feature = "async")]
+    Task(futures::channel::mpsc::UnboundedSender<(usize, Result<i64, KafkaError>)>),
 }
 
 /// The delivery report of one UID record, kept after its caller gave up
@@ -88,7 +97,15 @@ impl ProducerContext for DeliveryContext {
             late.set(outcome.clone());
         }
         // The caller may have given up (timeout); nobody to tell then.
-        let _ = ticket.reply.send((ticket.index, outcome));
+        match &ticket.reply {
+            Reply::Thread(reply) => {
+                let _ = reply.send((ticket.index, outcome));
+            }
+            #[cfg(feature = "async")]
+            Reply::Task(reply) => {
+                let _ = reply.unbounded_send((ticket.index, outcome));
+            }
+        }
     }
 }
 /// The consumer type of the bus (positioned by `assign`, never subscribed).

@@ -2,7 +2,8 @@
 //! over Apache Kafka through librdkafka (rdkafka, bundled).
 //!
 //! Threads: the admin client's futures (create, delete, describe) run on
-//! the bus-core [`ConnectorExecutor`], never `block_on` on the caller's
+//! the bus-core [`ConnectorExecutor`] (started by [`KafkaBus::connect`] or
+//! the first call that needs it), never `block_on` on the caller's
 //! thread. Producing and reading use librdkafka's own synchronous API from
 //! the caller's thread: librdkafka is thread-safe, its delivery reports
 //! arrive on its own thread and go straight to the waiting caller, and every
@@ -43,7 +44,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bus_core::auth::RecordAuth;
@@ -52,6 +53,8 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::Producer as _;
 
+#[cfg(feature = "async")]
+mod asynchronous;
 mod bus;
 mod client;
 mod dedup;
@@ -87,8 +90,9 @@ const SLACK: Duration = Duration::from_millis(200);
 
 /// A bus over a Kafka cluster.
 pub struct KafkaBus {
-    // Dropped first: joins the connector before the clients go.
-    executor: ConnectorExecutor,
+    // Dropped first: joins the connector before the clients go. Started on
+    // first use; shared with the async surface's internal handles.
+    executor: Arc<OnceLock<ConnectorExecutor>>,
     core: Arc<Core>,
 }
 
@@ -127,32 +131,16 @@ impl KafkaBus {
     pub fn connect_with(options: KafkaOptions) -> Result<Self, BusError> {
         options.validate()?;
         let executor = ConnectorExecutor::with_timeout("bus-kafka", options.timeout + SLACK)?;
-        let producers = [
-            RwLock::new(Arc::new(client::producer(&options, Delivery::Plain)?)),
-            RwLock::new(Arc::new(client::producer(&options, Delivery::Uid)?)),
-        ];
         let admin = Arc::new(client::admin(&options)?);
-        // The manifest topic must exist before its consumer is made, or
-        // that consumer caches the topic as unknown.
-        let (ensure_options, ensure_admin) = (options.clone(), Arc::clone(&admin));
+        let (facts_options, facts_admin) = (options.clone(), Arc::clone(&admin));
         let timeout = options.timeout;
-        let (native_retention, brokers) = executor.run_bounded(
+        let facts = executor.run_bounded(
             "creating the manifest topic",
             timeout + SLACK,
             move || async move {
                 let deadline = Instant::now() + timeout;
                 tokio::task::spawn_blocking(move || {
-                    provision::ensure_manifest_topic(&ensure_options, &ensure_admin, deadline)?;
-                    // Best effort: without the answer, retention is not promised.
-                    let retention = provision::broker_checks_retention_promptly(
-                        &ensure_options,
-                        &ensure_admin,
-                        deadline,
-                    )
-                    .unwrap_or(false);
-                    let brokers = provision::broker_count(&ensure_options, &ensure_admin, deadline)
-                        .unwrap_or(0);
-                    Ok((retention, brokers))
+                    cluster_facts(&facts_options, &facts_admin, deadline)
                 })
                 .await
                 .unwrap_or_else(|_| {
@@ -163,8 +151,24 @@ impl KafkaBus {
                 })
             },
         )??;
+        let bus = Self::assemble(options, admin, facts)?;
+        let _ = bus.executor.set(executor);
+        Ok(bus)
+    }
+
+    /// The bus over `admin`, once the manifest topic exists; starts no
+    /// connector.
+    fn assemble(
+        options: KafkaOptions,
+        admin: Arc<AdminClient<DefaultClientContext>>,
+        (native_retention, brokers): (bool, usize),
+    ) -> Result<Self, BusError> {
+        let producers = [
+            RwLock::new(Arc::new(client::producer(&options, Delivery::Plain)?)),
+            RwLock::new(Arc::new(client::producer(&options, Delivery::Uid)?)),
+        ];
         let bus = Self {
-            executor,
+            executor: Arc::default(),
             core: Arc::new(Core {
                 producers,
                 admin,
@@ -180,6 +184,28 @@ impl KafkaBus {
         let core = &bus.core;
         lock(&core.registry).refresh(&core.options, &core.pool.meta(), bus.deadline())?;
         Ok(bus)
+    }
+
+    /// Whether this bus's connector thread has been started (by
+    /// [`KafkaBus::connect`], provisioning or deleting topics through the
+    /// sync surface): a bus made by `connect_async` and used through the
+    /// async surface never starts it.
+    pub fn connector_started(&self) -> bool {
+        self.executor.get().is_some()
+    }
+
+    /// The connector, started on first use.
+    fn executor(&self) -> Result<&ConnectorExecutor, BusError> {
+        if let Some(executor) = self.executor.get() {
+            return Ok(executor);
+        }
+        let timeout = self.core.options.timeout + SLACK;
+        let started = ConnectorExecutor::with_timeout("bus-kafka", timeout)?;
+        // A racing caller may have started one first: this one is dropped.
+        let _ = self.executor.set(started);
+        self.executor
+            .get()
+            .ok_or_else(|| BusError::backend("kafka", "the connector did not start"))
     }
 
     /// The options this bus was built with.
@@ -208,7 +234,7 @@ impl KafkaBus {
         let core = Arc::clone(&self.core);
         let timeout = core.options.timeout;
         let name = what.to_owned();
-        self.executor
+        self.executor()?
             .run_bounded(what, timeout + SLACK, move || async move {
                 let deadline = Instant::now() + timeout;
                 tokio::task::spawn_blocking(move || work(&core, deadline))
@@ -237,6 +263,23 @@ impl KafkaBus {
             .cloned()
             .ok_or_else(|| BusError::UnknownTopic(topic.to_owned()))
     }
+}
+
+/// Creates the manifest topic if missing (it must exist before its
+/// consumer is made, or that consumer caches the topic as unknown), and
+/// learns whether the brokers enforce retention promptly and how many there
+/// are. Blocks: runs on a blocking-pool thread.
+fn cluster_facts(
+    options: &KafkaOptions,
+    admin: &AdminClient<DefaultClientContext>,
+    deadline: Instant,
+) -> Result<(bool, usize), BusError> {
+    provision::ensure_manifest_topic(options, admin, deadline)?;
+    // Best effort: without the answer, retention is not promised.
+    let retention =
+        provision::broker_checks_retention_promptly(options, admin, deadline).unwrap_or(false);
+    let brokers = provision::broker_count(options, admin, deadline).unwrap_or(0);
+    Ok((retention, brokers))
 }
 
 impl Core {

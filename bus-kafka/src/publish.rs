@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
-use crate::client::{Delivery, Late, Ticket, map_error, remaining, timed_out};
+use crate::client::{Delivery, Late, Reply, Ticket, map_error, remaining, timed_out};
 use crate::reader::{TAG_HEADER, UID_HEADER};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};
@@ -55,41 +55,54 @@ pub(crate) fn produce(
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
     let out = deliver(core, records.len(), lates, deadline, |index, ticket| {
-        let record = &records[index];
-        let mut headers = OwnedHeaders::new_with_capacity(2);
-        if let Some(uid) = &record.uid {
-            headers = headers.insert(Header {
-                key: UID_HEADER,
-                value: Some(uid.as_str()),
-            });
-        }
-        if let Some(tag) = &record.tag {
-            headers = headers.insert(Header {
-                key: TAG_HEADER,
-                value: Some(tag.as_str()),
-            });
-        }
-        let base = BaseRecord::with_opaque_to(topic, ticket)
-            .partition(i32::try_from(record.partition).unwrap_or(i32::MAX))
-            .key(record.key.as_str())
-            .payload(record.value.as_slice());
-        // No header block at all when there is nothing to carry: readers
-        // then skip header parsing.
-        if record.uid.is_none() && record.tag.is_none() {
-            base
-        } else {
-            base.headers(headers)
-        }
+        to_record(topic, &records[index], ticket)
     });
-    let (stored, bytes) = out
+    stored(topic, records, &out);
+    out
+}
+
+/// Counts the records of `records` whose delivery succeeded (metrics).
+pub(crate) fn stored(topic: &str, records: &[Prepared], outcomes: &[Result<u64, BusError>]) {
+    let (count, bytes) = outcomes
         .iter()
         .zip(records)
         .filter(|(outcome, _)| outcome.is_ok())
         .fold((0, 0), |(n, bytes), (_, record)| {
             (n + 1, bytes + record.value.len() as u64)
         });
-    bus_core::metrics::stored("kafka", topic, stored, bytes);
-    out
+    bus_core::metrics::stored("kafka", topic, count, bytes);
+}
+
+/// The librdkafka record of `record`, carrying `ticket`.
+pub(crate) fn to_record<'a>(
+    topic: &'a str,
+    record: &'a Prepared,
+    ticket: Box<Ticket>,
+) -> BaseRecord<'a, str, [u8], Box<Ticket>> {
+    let mut headers = OwnedHeaders::new_with_capacity(2);
+    if let Some(uid) = &record.uid {
+        headers = headers.insert(Header {
+            key: UID_HEADER,
+            value: Some(uid.as_str()),
+        });
+    }
+    if let Some(tag) = &record.tag {
+        headers = headers.insert(Header {
+            key: TAG_HEADER,
+            value: Some(tag.as_str()),
+        });
+    }
+    let base = BaseRecord::with_opaque_to(topic, ticket)
+        .partition(i32::try_from(record.partition).unwrap_or(i32::MAX))
+        .key(record.key.as_str())
+        .payload(record.value.as_slice());
+    // No header block at all when there is nothing to carry: readers
+    // then skip header parsing.
+    if record.uid.is_none() && record.tag.is_none() {
+        base
+    } else {
+        base.headers(headers)
+    }
 }
 
 /// Enqueues `count` records made by `make` strictly in order (retrying the
@@ -119,7 +132,7 @@ pub(crate) fn deliver<'a>(
         let late = lates.get(index).cloned().flatten();
         let ticket = Box::new(Ticket {
             index,
-            reply: reply.clone(),
+            reply: Reply::Thread(reply.clone()),
             late: late.clone(),
         });
         let mut record = make(index, ticket);

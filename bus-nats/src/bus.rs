@@ -1,8 +1,11 @@
-//! [`NatsBus`]: the [`EventBus`] over JetStream. Every async call runs on
-//! the bus's own connector thread ([`ConnectorExecutor`]), bounded by the
-//! operation timeout; callers block only on their own thread.
+//! [`NatsBus`]: the [`EventBus`] over JetStream. Every async call of the
+//! sync surface runs on the bus's own connector thread
+//! ([`ConnectorExecutor`]), bounded by the operation timeout; callers block
+//! only on their own thread. The connector starts with the first sync call
+//! (or with [`NatsBus::connect`]); the async surface (feature `async`)
+//! awaits the same code on the caller's runtime instead.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -13,7 +16,7 @@ use bus_core::{
     check_partition, uid_partition, validate_topic,
 };
 
-use crate::errors::{BACKEND, unavailable_caused};
+use crate::errors::{BACKEND, unavailable, unavailable_caused};
 use crate::get::Reads;
 use crate::naming::record_subject;
 use crate::options::NatsOptions;
@@ -38,9 +41,129 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(1);
 /// assert_eq!(bus.fetch("audit", ack.partition, ack.offset, 1).unwrap().len(), 1);
 /// ```
 pub struct NatsBus {
-    shared: Arc<Shared>,
-    /// Shared with the bus's subscriptions, which outlive it if need be.
-    executor: Arc<ConnectorExecutor>,
+    pub(crate) shared: Arc<Shared>,
+    /// Started by the first sync call (see [`NatsBus::executor`]); shared
+    /// with the bus's subscriptions, which outlive it if need be.
+    pub(crate) executor: Arc<OnceLock<Arc<ConnectorExecutor>>>,
+    /// False for the internal handles the async surface moves onto the
+    /// blocking pool: dropping one cleans nothing up.
+    pub(crate) primary: bool,
+    /// Set on those handles: their sync calls run on this runtime (the
+    /// async caller's) instead of the connector.
+    pub(crate) on_runtime: Option<tokio::runtime::Handle>,
+}
+
+/// Where a bus's sync code runs its futures: the connector, or (for the
+/// async surface's handles) the caller's runtime, from a thread that is not
+/// one of its workers.
+#[derive(Clone)]
+pub(crate) enum Runner {
+    Connector(Arc<ConnectorExecutor>),
+    Runtime(tokio::runtime::Handle),
+}
+
+impl Runner {
+    /// Runs `operation` bounded by `timeout`, blocking the calling thread.
+    pub(crate) fn run_bounded<F, Fut, T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        operation: F,
+    ) -> Result<T, BusError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let runtime = match self {
+            Self::Connector(executor) => return executor.run_bounded(what, timeout, operation),
+            Self::Runtime(runtime) => runtime,
+        };
+        let timed_out = || BusError::Timeout {
+            operation: what.to_owned(),
+            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let result = tokio::time::timeout(timeout, operation()).await;
+            let _ = sender.send(result.ok());
+        });
+        match receiver.recv_timeout(timeout + CLEANUP_TIMEOUT) {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(timed_out()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(unavailable(format!(
+                "{what}: the runtime it ran on has shut down"
+            ))),
+        }
+    }
+
+    /// [`Runner::run_bounded`] for a subscription's reads, which run on the
+    /// subscription's own thread: on the caller's runtime, the wait also
+    /// ends when the subscription's `bell` is closed, so dropping the
+    /// subscription from a task of that runtime (which may be the one
+    /// thread the read's future needs) never waits for the read.
+    pub(crate) fn run_watching<F, Fut, T>(
+        &self,
+        bell: &Arc<bus_core::Doorbell>,
+        what: &str,
+        timeout: Duration,
+        operation: F,
+    ) -> Result<T, BusError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let runtime = match self {
+            Self::Connector(executor) => return executor.run_bounded(what, timeout, operation),
+            Self::Runtime(runtime) => runtime,
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let rung = Arc::clone(bell);
+        runtime.spawn(async move {
+            let result = tokio::time::timeout(timeout, operation()).await;
+            let _ = sender.send(result.ok());
+            // The subscription re-reads after a ring: a spurious one costs
+            // a read at the known end, answered without a round trip.
+            rung.ring();
+        });
+        let deadline = std::time::Instant::now() + timeout + CLEANUP_TIMEOUT;
+        loop {
+            let seen = bell.generation();
+            match receiver.try_recv() {
+                Ok(Some(value)) => return Ok(value),
+                Ok(None) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(unavailable(format!(
+                        "{what}: the runtime it ran on has shut down"
+                    )));
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+            }
+            if bell.is_closed() {
+                return Err(unavailable(format!("{what}: the subscription was closed")));
+            }
+            if !bell.wait_past(seen, deadline) {
+                break;
+            }
+        }
+        Err(BusError::Timeout {
+            operation: what.to_owned(),
+            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// Spawns background work.
+    pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        match self {
+            Self::Connector(executor) => {
+                executor.handle().spawn(work);
+            }
+            Self::Runtime(runtime) => {
+                runtime.spawn(work);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -68,33 +191,33 @@ impl NatsBus {
         let (timeout, prefix) = (options.timeout, options.prefix.clone());
         let connected =
             executor.run_bounded("nats connect", connect_timeout, move || async move {
-                let client = options
-                    .connect_options()
-                    .await?
-                    .connect(options.servers.clone())
-                    .await
-                    .map_err(|error| {
-                        let reason = format!("connecting to {:?}: {error}", options.servers);
-                        unavailable_caused(reason, error)
-                    })?;
-                let max_payload = client.server_info().max_payload;
-                let clustered = client.server_info().cluster.is_some();
-                let js = jetstream::ContextBuilder::new()
-                    .timeout(options.timeout)
-                    .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
-                    .build(client);
-                js.query_account().await.map_err(|error| {
-                    unavailable_caused(format!("JetStream is not available: {error}"), error)
-                })?;
-                Ok::<_, BusError>((js, max_payload, clustered))
+                let client = connect_client(&options).await?;
+                jetstream_of(client, options.timeout).await
             })??;
-        let (js, max_payload, clustered) = connected;
+        let bus = Self::from_parts(connected, prefix, timeout);
+        let _ = bus.executor.set(Arc::new(executor));
+        Ok(bus)
+    }
+
+    /// A bus over a connected JetStream context; starts no thread.
+    pub(crate) fn from_parts(js: jetstream::Context, prefix: String, timeout: Duration) -> Self {
+        let info = js.client().server_info();
+        let (max_payload, clustered) = (info.max_payload, info.cluster.is_some());
         let mut shared = Shared::new(js, prefix, timeout, max_payload);
         shared.clustered = clustered;
-        Ok(Self {
+        Self {
             shared: Arc::new(shared),
-            executor: Arc::new(executor),
-        })
+            executor: Arc::default(),
+            primary: true,
+            on_runtime: None,
+        }
+    }
+
+    /// Whether this bus's connector thread has been started (by
+    /// [`NatsBus::connect`] or a sync call): the async surface of a bus
+    /// made by `connect_async` or `from_client` never starts it.
+    pub fn connector_started(&self) -> bool {
+        self.executor.get().is_some()
     }
 
     /// The stream-name prefix this bus uses.
@@ -106,8 +229,25 @@ impl NatsBus {
         &self.shared
     }
 
-    pub(crate) fn executor(&self) -> &Arc<ConnectorExecutor> {
-        &self.executor
+    /// Where this bus's sync code runs its futures.
+    pub(crate) fn runner(&self) -> Result<Runner, BusError> {
+        match &self.on_runtime {
+            Some(runtime) => Ok(Runner::Runtime(runtime.clone())),
+            None => Ok(Runner::Connector(Arc::clone(self.executor()?))),
+        }
+    }
+
+    /// The connector, started on first use.
+    pub(crate) fn executor(&self) -> Result<&Arc<ConnectorExecutor>, BusError> {
+        if let Some(executor) = self.executor.get() {
+            return Ok(executor);
+        }
+        let started = ConnectorExecutor::with_timeout("bus-nats", self.shared.timeout)?;
+        // A racing caller may have started one first: this one is dropped.
+        let _ = self.executor.set(Arc::new(started));
+        self.executor
+            .get()
+            .ok_or_else(|| BusError::backend("nats", "the connector did not start"))
     }
 
     fn run<T, Fut>(
@@ -120,7 +260,7 @@ impl NatsBus {
         T: Send + 'static,
     {
         let shared = Arc::clone(&self.shared);
-        self.executor
+        self.runner()?
             .run_bounded(what, self.shared.timeout, move || operation(shared))?
     }
 
@@ -361,6 +501,9 @@ impl EventBus for NatsBus {
 
 impl Drop for NatsBus {
     fn drop(&mut self) {
+        if !self.primary {
+            return;
+        }
         // Delete the readers' consumers now rather than leaving them to the
         // server's inactivity expiry.
         let cursors: Vec<(String, String)> = self
@@ -381,13 +524,50 @@ impl Drop for NatsBus {
             return;
         }
         let js = self.shared.js.clone();
-        let _ = self
-            .executor
-            .run_bounded("closing readers", CLEANUP_TIMEOUT, move || async move {
-                let deletes = cursors
-                    .iter()
-                    .map(|(stream, name)| js.delete_consumer_from_stream(name, stream));
-                futures::future::join_all(deletes).await;
-            });
+        let cleanup = async move {
+            let deletes = cursors
+                .iter()
+                .map(|(stream, name)| js.delete_consumer_from_stream(name, stream));
+            let _ = tokio::time::timeout(CLEANUP_TIMEOUT, futures::future::join_all(deletes)).await;
+        };
+        match (self.executor.get(), tokio::runtime::Handle::try_current()) {
+            (Some(executor), _) => {
+                let _ = executor.run_bounded("closing readers", CLEANUP_TIMEOUT, move || cleanup);
+            }
+            // A bus used only through the async surface: in the background
+            // on the caller's runtime (the server expires them otherwise).
+            (None, Ok(runtime)) => {
+                runtime.spawn(cleanup);
+            }
+            (None, Err(_)) => {}
+        }
     }
+}
+
+/// Connects a client as `options` say.
+pub(crate) async fn connect_client(options: &NatsOptions) -> Result<async_nats::Client, BusError> {
+    options
+        .connect_options()
+        .await?
+        .connect(options.servers.clone())
+        .await
+        .map_err(|error| {
+            let reason = format!("connecting to {:?}: {error}", options.servers);
+            unavailable_caused(reason, error)
+        })
+}
+
+/// The bus's JetStream context over `client`, once JetStream answers.
+pub(crate) async fn jetstream_of(
+    client: async_nats::Client,
+    timeout: Duration,
+) -> Result<jetstream::Context, BusError> {
+    let js = jetstream::ContextBuilder::new()
+        .timeout(timeout)
+        .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
+        .build(client);
+    js.query_account().await.map_err(|error| {
+        unavailable_caused(format!("JetStream is not available: {error}"), error)
+    })?;
+    Ok(js)
 }

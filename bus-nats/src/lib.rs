@@ -42,6 +42,8 @@
 //! connection returns (the client resends what it buffered): retry with a
 //! UID to make that harmless.
 
+#[cfg(feature = "async")]
+mod asynchronous;
 mod bus;
 mod cursor;
 mod errors;

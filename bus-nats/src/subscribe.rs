@@ -28,12 +28,12 @@ use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::push::OrderedConfig;
 use bus_core::subscription::Plan;
 use bus_core::{
-    BusError, ConnectorExecutor, Doorbell, Feed, Selector, StartAt, StoredEvent, SubscribeOptions,
-    Subscription,
+    BusError, Doorbell, Feed, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
 };
 use futures::{FutureExt as _, StreamExt as _};
 
 use crate::NatsBus;
+use crate::bus::Runner;
 use crate::cursor::CursorSlot;
 use crate::errors::{unavailable, unavailable_caused};
 use crate::fetch;
@@ -60,7 +60,7 @@ impl NatsBus {
         let plan = Plan::new(self, topic, selector, start)?;
         let bell = Doorbell::new();
         let feed = NatsFeed::start(
-            Arc::clone(self.executor()),
+            self.runner()?,
             Arc::clone(self.shared()),
             state,
             &plan.partitions,
@@ -158,13 +158,13 @@ impl Inner {
 /// The [`Feed`] of one NATS subscription.
 pub(crate) struct NatsFeed {
     inner: Arc<Inner>,
-    executor: Arc<ConnectorExecutor>,
+    executor: Runner,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl NatsFeed {
     fn start(
-        executor: Arc<ConnectorExecutor>,
+        executor: Runner,
         shared: Arc<Shared>,
         topic: Arc<TopicState>,
         partitions: &[(u32, u64)],
@@ -357,14 +357,15 @@ impl Feed for NatsFeed {
         };
         let (shared, topic) = (Arc::clone(&inner.shared), Arc::clone(&inner.topic));
         let reader = Arc::clone(&self.inner);
-        let messages = self
-            .executor
-            .run_bounded("subscription read", shared.timeout, {
-                move || async move {
-                    let part = reader.part(partition)?;
-                    fetch::fetch_with(&shared, &topic, partition, from, limit, &part.cursor).await
-                }
-            })??;
+        let messages =
+            self.executor
+                .run_watching(&inner.bell, "subscription read", shared.timeout, {
+                    move || async move {
+                        let part = reader.part(partition)?;
+                        fetch::fetch_with(&shared, &topic, partition, from, limit, &part.cursor)
+                            .await
+                    }
+                })??;
         {
             let mut live = lock(&part.live);
             match messages.last() {
@@ -386,11 +387,12 @@ impl Feed for NatsFeed {
             )));
         }
         let (shared, topic) = (Arc::clone(&inner.shared), Arc::clone(&inner.topic));
-        let offsets =
-            self.executor
-                .run_bounded("subscription head", shared.timeout, move || {
-                    fetch::offsets(shared, topic, partition)
-                })??;
+        let offsets = self.executor.run_watching(
+            &inner.bell,
+            "subscription head",
+            shared.timeout,
+            move || fetch::offsets(shared, topic, partition),
+        )??;
         Ok(offsets.next)
     }
 }
@@ -423,16 +425,12 @@ impl NatsFeed {
 
 /// Stops the push task and deletes the subscription's consumers (push and
 /// replay) in the background; the server would expire them anyway.
-fn cleanup(
-    executor: &ConnectorExecutor,
-    inner: &Arc<Inner>,
-    task: Option<tokio::task::JoinHandle<()>>,
-) {
+fn cleanup(executor: &Runner, inner: &Arc<Inner>, task: Option<tokio::task::JoinHandle<()>>) {
     if let Some(task) = task {
         task.abort();
     }
     let inner = Arc::clone(inner);
-    executor.handle().spawn(async move {
+    executor.spawn(async move {
         let js = &inner.shared.js;
         let deletes = inner.parts.iter().map(|part| {
             let inner = &inner;

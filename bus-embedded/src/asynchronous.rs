@@ -1,0 +1,211 @@
+//! The async surface of the embedded log (feature `async`).
+//!
+//! A publish prepares its record on the caller's task (validation, JSON,
+//! HMAC: CPU only), queues it into the partition's group commit and awaits
+//! the answer: the partition's commit thread (or a sync publisher leading
+//! the round) writes and fsyncs, so a runtime worker never waits on the
+//! disk, and 64 tasks publishing at once share rounds like 64 threads do.
+//! Reads (fetch, find-by-UID, offsets), provisioning and subscribing touch
+//! files and run on the caller's tokio runtime's blocking pool, so the
+//! async surface must be used from inside a tokio runtime.
+
+use std::collections::BTreeMap;
+
+use bus_core::{
+    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, validate_uid,
+};
+
+use crate::EmbeddedBus;
+use crate::frame::NewRecord;
+
+impl EmbeddedBus {
+    /// Runs `work` on a handle of this bus on the runtime's blocking pool.
+    async fn blocking<T, F>(&self, what: &'static str, work: F) -> Result<T, BusError>
+    where
+        T: Send + 'static,
+        F: FnOnce(EmbeddedBus) -> Result<T, BusError> + Send + 'static,
+    {
+        let handle = self.handle();
+        tokio::task::spawn_blocking(move || work(handle))
+            .await
+            .unwrap_or_else(|error| {
+                Err(BusError::backend(
+                    "embedded",
+                    format!("{what} did not finish: {error}"),
+                ))
+            })
+    }
+
+    /// One record through the group commit, awaited.
+    async fn publish_async(
+        &self,
+        topic_name: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        self.inner.writable("publish")?;
+        let topic = self.inner.topic(topic_name)?;
+        let auth = self.inner.auth();
+        let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
+        let answer = topic
+            .partition(partition)?
+            .append_async(vec![record], auth)?;
+        let offset = answer
+            .await?
+            .first()
+            .copied()
+            .ok_or_else(|| BusError::backend("embedded", "publish stored nothing"))?;
+        Ok(PublishAck {
+            topic: topic_name.to_owned(),
+            partition,
+            offset,
+        })
+    }
+
+    /// `publish_batch`: validated as a whole first, then one request per
+    /// partition, all queued before the first is awaited.
+    async fn publish_batch_async(
+        &self,
+        topic_name: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.inner.writable("publish_batch")?;
+        let topic = self.inner.topic(topic_name)?;
+        let auth = self.inner.auth();
+        let mut groups: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
+        for (i, record) in records.iter().enumerate() {
+            let (partition, new) = self.record(
+                &topic,
+                &record.key,
+                &record.value,
+                record.uid.as_deref(),
+                auth.as_ref(),
+            )?;
+            let group = groups.entry(partition).or_default();
+            group.0.push(i);
+            group.1.push(new);
+        }
+        let mut answers = Vec::with_capacity(groups.len());
+        for (partition, (positions, batch)) in groups {
+            let answer = topic
+                .partition(partition)?
+                .append_async(batch, auth.clone())?;
+            answers.push((partition, positions, answer));
+        }
+        let mut acks: Vec<Option<PublishAck>> = vec![None; records.len()];
+        for (partition, positions, answer) in answers {
+            for (i, offset) in positions.into_iter().zip(answer.await?) {
+                acks[i] = Some(PublishAck {
+                    topic: topic_name.to_owned(),
+                    partition,
+                    offset,
+                });
+            }
+        }
+        acks.into_iter()
+            .map(|ack| ack.ok_or_else(|| BusError::backend("embedded", "batch record not acked")))
+            .collect()
+    }
+}
+
+impl AsyncEventBus for EmbeddedBus {
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(self.publish_async(topic, key, value, None))
+    }
+
+    fn publish_idempotent<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            self.inner.writable("publish_idempotent")?;
+            validate_uid(event_uid)?;
+            self.publish_async(topic, key, value, Some(event_uid)).await
+        })
+    }
+
+    fn publish_batch<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecord],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(self.publish_batch_async(topic, records))
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("fetch", move |bus| {
+            EventBus::fetch(&bus, &topic, partition, offset, max)
+        }))
+    }
+
+    fn find_event_by_uid<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
+        let (topic, key, uid) = (topic.to_owned(), key.to_owned(), event_uid.to_owned());
+        Box::pin(self.blocking("find_event_by_uid", move |bus| {
+            EventBus::find_event_by_uid(&bus, &topic, &key, &uid)
+        }))
+    }
+
+    fn offsets<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+    ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("offsets", move |bus| {
+            EventBus::offsets(&bus, &topic, partition)
+        }))
+    }
+
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
+        let owned = topic.to_owned();
+        Box::pin(async move {
+            if self.inner.options.read_only {
+                // A read-only open may look for new topics on disk.
+                self.blocking("partitions", move |bus| EventBus::partitions(&bus, &owned))
+                    .await
+            } else {
+                EventBus::partitions(self, topic)
+            }
+        })
+    }
+
+    fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
+        let manifest = manifest.clone();
+        Box::pin(self.blocking("provision", move |bus| EventBus::provision(&bus, &manifest)))
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        topic: &'a str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("subscribe", move |bus| {
+            EventBus::subscribe(&bus, &topic, selector, start, options)?.into_stream()
+        }))
+    }
+}

@@ -1,0 +1,113 @@
+//! `bus::open_async` / `bus::connect_async` route URLs like `bus::open`,
+//! to each backend's async constructor.
+#![allow(clippy::unwrap_used)]
+
+use bus::{AsyncEventBus, BusError, Manifest, TopicSpec};
+use serde_json::json;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn round_trip(bus: &dyn AsyncEventBus) {
+    let ack = bus
+        .publish_idempotent("audit", "agent-1", &json!({"event": "start"}), "evt-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        bus.find_event_by_uid("audit", "agent-1", "evt-1")
+            .await
+            .unwrap(),
+        Some(ack.clone())
+    );
+    let events = bus.fetch("audit", ack.partition, 0, 10).await.unwrap();
+    assert_eq!(events[0].value["event"], "start");
+}
+
+#[test]
+fn memory_file_and_bare_paths_open_through_the_async_surface() {
+    let manifest = Manifest::new([TopicSpec::new("audit", 2)]);
+    let dir = tempfile::tempdir().unwrap();
+    runtime().block_on(async {
+        let memory = bus::open_async("memory://", &manifest).await.unwrap();
+        round_trip(&*memory).await;
+        let file = format!("file://{}", dir.path().join("a").display());
+        round_trip(&*bus::open_async(&file, &manifest).await.unwrap()).await;
+        let bare = dir.path().join("b").display().to_string();
+        round_trip(&*bus::open_async(&bare, &manifest).await.unwrap()).await;
+        // A read-only open of what the writer above left.
+        let read_only = format!("file://{}?read_only=true", dir.path().join("a").display());
+        let reader = bus::connect_async(&read_only).await.unwrap();
+        assert_eq!(reader.partitions("audit").await.unwrap(), 2);
+        assert!(matches!(
+            reader.publish("audit", "k", &json!({})).await,
+            Err(BusError::ReadOnly { .. })
+        ));
+    });
+}
+
+#[test]
+fn bad_and_unsupported_urls_are_refused() {
+    runtime().block_on(async {
+        assert!(matches!(
+            bus::connect_async("bogus://x").await,
+            Err(BusError::InvalidArgument { .. })
+        ));
+        assert!(matches!(
+            bus::connect_async("file://").await,
+            Err(BusError::InvalidArgument { .. })
+        ));
+        // PostgreSQL has no async surface yet (or is not compiled in).
+        assert!(matches!(
+            bus::connect_async("postgres://u:p@127.0.0.1:1/db").await,
+            Err(BusError::Unsupported { .. } | BusError::FeatureDisabled { .. })
+        ));
+    });
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn a_nats_url_opens_through_the_async_constructor() {
+    let Ok(url) = bus_conformance::brokers::nats_url() else {
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_NATS_URL is not set"
+        );
+        bus_conformance::loud("SKIPPED open_async::nats: BUS_NATS_URL is not set");
+        return;
+    };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let url = format!("{url}?prefix=oa-{}", &id[..12]);
+    let manifest = Manifest::new([TopicSpec::new("audit", 2)]);
+    runtime().block_on(async {
+        let bus = bus::open_async(&url, &manifest).await.unwrap();
+        round_trip(&*bus).await;
+    });
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn a_kafka_url_opens_through_the_async_constructor() {
+    let Ok(brokers) = bus_conformance::brokers::kafka_brokers() else {
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_KAFKA_BROKERS is not set"
+        );
+        bus_conformance::loud("SKIPPED open_async::kafka: BUS_KAFKA_BROKERS is not set");
+        return;
+    };
+    runtime().block_on(async {
+        let bus = bus::connect_async(&format!("kafka://{}", brokers.trim()))
+            .await
+            .unwrap();
+        let missing = format!("oa-{}", uuid::Uuid::new_v4().simple());
+        assert!(matches!(
+            bus.partitions(&missing).await,
+            Err(BusError::UnknownTopic(_))
+        ));
+    });
+}
