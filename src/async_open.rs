@@ -4,10 +4,10 @@
 use bus_core::{AsyncEventBus, BusError, Manifest};
 
 /// [`crate::open`] for async code: opens the bus named by `url` with its
-/// async constructor (NATS and Kafka connect on the caller's runtime and
-/// start no connector thread; the embedded log opens on its blocking pool)
-/// and provisions `manifest`. Must be awaited inside a tokio runtime.
-/// PostgreSQL has no async surface yet: [`BusError::Unsupported`].
+/// async constructor (NATS, Kafka and PostgreSQL connect on the caller's
+/// runtime and start no connector thread; the embedded log opens on its
+/// blocking pool) and provisions `manifest`. Must be awaited inside a tokio
+/// runtime.
 pub async fn open_async(
     url: &str,
     manifest: &Manifest,
@@ -33,6 +33,7 @@ pub async fn connect_async(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError
         }
         "nats" => nats(url).await,
         "kafka" => kafka(url).await,
+        "postgres" => postgres(url).await,
         _ => Err(BusError::Unsupported {
             operation: "the async surface".to_owned(),
             backend: backend.name.to_owned(),
@@ -83,4 +84,16 @@ async fn kafka(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
 #[cfg(not(feature = "kafka"))]
 async fn kafka(_url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
     Err(crate::disabled("kafka", "kafka"))
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
+    Ok(Box::new(
+        bus_postgres::PostgresBus::connect_async(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres(_url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
+    Err(crate::disabled("postgres", "postgres"))
 }

@@ -61,10 +61,10 @@ fn bad_and_unsupported_urls_are_refused() {
             bus::connect_async("file://").await,
             Err(BusError::InvalidArgument { .. })
         ));
-        // PostgreSQL has no async surface yet (or is not compiled in).
+        // Nothing listens on port 1: unavailable (or not compiled in).
         assert!(matches!(
-            bus::connect_async("postgres://u:p@127.0.0.1:1/db").await,
-            Err(BusError::Unsupported { .. } | BusError::FeatureDisabled { .. })
+            bus::connect_async("postgres://u:p@127.0.0.1:1/db?timeout_ms=2000").await,
+            Err(BusError::Unavailable { .. } | BusError::FeatureDisabled { .. })
         ));
     });
 }
@@ -109,5 +109,26 @@ fn a_kafka_url_opens_through_the_async_constructor() {
             bus.partitions(&missing).await,
             Err(BusError::UnknownTopic(_))
         ));
+    });
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_postgres_url_opens_through_the_async_constructor() {
+    let Ok(url) = bus_conformance::brokers::postgres_url() else {
+        assert!(
+            !bus_conformance::brokers_required(),
+            "BUS_POSTGRES_URL is not set"
+        );
+        bus_conformance::loud("SKIPPED open_async::postgres: BUS_POSTGRES_URL is not set");
+        return;
+    };
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{separator}schema=oa_{}", &id[..12]);
+    let manifest = Manifest::new([TopicSpec::new("audit", 2)]);
+    runtime().block_on(async {
+        let bus = bus::open_async(&url, &manifest).await.unwrap();
+        round_trip(&*bus).await;
     });
 }

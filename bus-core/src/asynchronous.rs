@@ -14,7 +14,10 @@
 //!   caller's runtime (no connector thread when the bus was made by
 //!   `NatsBus::connect_async` or `NatsBus::from_client`);
 //! - Kafka: a plain publish awaits its delivery report; what librdkafka only
-//!   offers as blocking calls runs on the caller's blocking pool.
+//!   offers as blocking calls runs on the caller's blocking pool;
+//! - PostgreSQL: the operations await the backend's own tokio-postgres code
+//!   on the caller's runtime (no connector thread when the bus was made by
+//!   `PostgresBus::connect_async`).
 //!
 //! A type that implements both traits has two methods named `publish`:
 //! call through `Arc<dyn AsyncEventBus>` (or `AsyncEventBus::publish(&bus,

@@ -1,7 +1,7 @@
 //! The synchronous [`EventBus`] over the connector runtime.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bus_core::auth::RecordAuth;
 use bus_core::subscription::Plan;
@@ -16,13 +16,13 @@ use crate::inner::Core;
 use crate::options::PostgresOptions;
 use crate::publish::{append, prepare};
 use crate::queue::Prepared;
-use crate::shared::Shared;
+use crate::shared::{Shared, Topic};
 use crate::subscribe::PgFeed;
 use crate::{fetch, listen, topics};
 
 /// A bus whose topics live in PostgreSQL tables (see the crate docs).
 pub struct PostgresBus {
-    core: Arc<Core>,
+    pub(crate) core: Arc<Core>,
 }
 
 impl std::fmt::Debug for PostgresBus {
@@ -44,7 +44,10 @@ impl PostgresBus {
         options.check()?;
         let executor = ConnectorExecutor::with_timeout("bus-postgres", options.timeout)?;
         let shared = Arc::new(Shared::new(options)?);
-        let core = Arc::new(Core { executor, shared });
+        let core = Arc::new(Core {
+            executor: OnceLock::from(executor),
+            shared,
+        });
         core.run("connect", |shared| async move {
             let client = shared.pool.get().await.map_err(pool)?;
             topics::check_version(&shared, &**client).await
@@ -58,56 +61,14 @@ impl PostgresBus {
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
         let topic = self.core.topic(topic)?;
-        let auth = self.core.shared.auth();
-        let prepared = records
-            .iter()
-            .map(|r| prepare(auth.as_ref(), &topic, &r.key, &r.value, r.uid.as_deref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        if prepared.is_empty() {
+        let Some(rounds) = Rounds::prepare(&self.core, &topic, records)? else {
             return Ok(Vec::new());
-        }
-        // Each partition's records in order, as one request of its queue.
-        let mut by_partition: BTreeMap<u32, (Vec<usize>, Vec<Prepared>)> = BTreeMap::new();
-        for (index, record) in prepared.into_iter().enumerate() {
-            let entry = by_partition.entry(record.partition).or_default();
-            entry.0.push(index);
-            entry.1.push(record);
-        }
-        let count = records.len();
+        };
         let name = topic.spec.name.clone();
         let offsets = self.core.run("publish", move |shared| async move {
-            let mut places = Vec::new();
-            let mut rounds = Vec::new();
-            for (partition, (indexes, records)) in by_partition {
-                places.push((partition, indexes));
-                rounds.push(append(
-                    Arc::clone(&shared),
-                    Arc::clone(&topic),
-                    partition,
-                    records,
-                ));
-            }
-            let results = futures::future::join_all(rounds).await;
-            let mut offsets = vec![None; count];
-            for ((partition, indexes), result) in places.into_iter().zip(results) {
-                for (index, offset) in indexes.into_iter().zip(result?) {
-                    offsets[index] = Some((partition, offset));
-                }
-            }
-            Ok(offsets)
+            rounds.append(shared, topic).await
         })?;
-        offsets
-            .into_iter()
-            .map(|slot| {
-                let (partition, offset) =
-                    slot.ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))?;
-                Ok(PublishAck {
-                    topic: name.clone(),
-                    partition,
-                    offset,
-                })
-            })
-            .collect()
+        Rounds::acks(&name, offsets)
     }
 
     fn publish_one(
@@ -263,5 +224,87 @@ impl EventBus for PostgresBus {
         let plan = Plan::new(self, topic, &selector, start)?;
         let feed = PgFeed::new(&self.core, topic);
         Ok(Subscription::new(plan, options, Box::new(feed), bell))
+    }
+}
+
+/// A batch's records split by partition, each partition's records in
+/// order as one request of its queue; shared by both surfaces.
+pub(crate) struct Rounds {
+    count: usize,
+    by_partition: BTreeMap<u32, (Vec<usize>, Vec<Prepared>)>,
+}
+
+impl Rounds {
+    /// Checks and signs `records`; `None` for an empty batch.
+    pub(crate) fn prepare(
+        core: &Core,
+        topic: &Topic,
+        records: &[BatchRecord],
+    ) -> Result<Option<Self>, BusError> {
+        let auth = core.shared.auth();
+        let prepared = records
+            .iter()
+            .map(|r| prepare(auth.as_ref(), topic, &r.key, &r.value, r.uid.as_deref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if prepared.is_empty() {
+            return Ok(None);
+        }
+        let mut by_partition: BTreeMap<u32, (Vec<usize>, Vec<Prepared>)> = BTreeMap::new();
+        for (index, record) in prepared.into_iter().enumerate() {
+            let entry = by_partition.entry(record.partition).or_default();
+            entry.0.push(index);
+            entry.1.push(record);
+        }
+        Ok(Some(Self {
+            count: records.len(),
+            by_partition,
+        }))
+    }
+
+    /// Appends every partition's records (their rounds run concurrently);
+    /// each record's partition and offset, in the batch's order.
+    pub(crate) async fn append(
+        self,
+        shared: Arc<Shared>,
+        topic: Arc<Topic>,
+    ) -> Result<Vec<Option<(u32, u64)>>, BusError> {
+        let mut places = Vec::new();
+        let mut rounds = Vec::new();
+        for (partition, (indexes, records)) in self.by_partition {
+            places.push((partition, indexes));
+            rounds.push(append(
+                Arc::clone(&shared),
+                Arc::clone(&topic),
+                partition,
+                records,
+            ));
+        }
+        let results = futures::future::join_all(rounds).await;
+        let mut offsets = vec![None; self.count];
+        for ((partition, indexes), result) in places.into_iter().zip(results) {
+            for (index, offset) in indexes.into_iter().zip(result?) {
+                offsets[index] = Some((partition, offset));
+            }
+        }
+        Ok(offsets)
+    }
+
+    /// The acks of [`Rounds::append`]'s answer.
+    pub(crate) fn acks(
+        topic: &str,
+        offsets: Vec<Option<(u32, u64)>>,
+    ) -> Result<Vec<PublishAck>, BusError> {
+        offsets
+            .into_iter()
+            .map(|slot| {
+                let (partition, offset) =
+                    slot.ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))?;
+                Ok(PublishAck {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset,
+                })
+            })
+            .collect()
     }
 }

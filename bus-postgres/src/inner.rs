@@ -2,7 +2,7 @@
 //! thread, the state its tasks use, and the reads both go through.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bus_core::{
     BusError, ConnectorExecutor, PartitionOffsets, StoredEvent, check_partition, validate_topic,
@@ -14,7 +14,10 @@ use crate::{fetch, topics};
 /// What a bus handle and its subscriptions' feeds share: the connector
 /// thread and the state its tasks use.
 pub(crate) struct Core {
-    pub(crate) executor: ConnectorExecutor,
+    /// Started by the first synchronous call: a bus made by
+    /// `PostgresBus::connect_async` and used only through the async
+    /// surface runs on its caller's runtime and never starts it.
+    pub(crate) executor: OnceLock<ConnectorExecutor>,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -36,8 +39,27 @@ impl Core {
         T: Send + 'static,
     {
         let shared = Arc::clone(&self.shared);
-        self.executor
+        self.executor()?
             .run_bounded(what, self.shared.options.timeout, move || operation(shared))?
+    }
+
+    /// The connector runtime, started on first use.
+    pub(crate) fn executor(&self) -> Result<&ConnectorExecutor, BusError> {
+        if let Some(executor) = self.executor.get() {
+            return Ok(executor);
+        }
+        let executor =
+            ConnectorExecutor::with_timeout("bus-postgres", self.shared.options.timeout)?;
+        // Another thread may have started one meanwhile: keep theirs.
+        let _ = self.executor.set(executor);
+        self.executor
+            .get()
+            .ok_or_else(|| BusError::backend("postgres", "connector runtime not started"))
+    }
+
+    /// Whether the connector runtime (a thread) has been started.
+    pub(crate) fn connector_started(&self) -> bool {
+        self.executor.get().is_some()
     }
 
     /// The topic from the cache, else from the database. Unknown topics

@@ -25,6 +25,8 @@
 //! # Ok::<(), bus_core::BusError>(())
 //! ```
 
+#[cfg(feature = "async")]
+mod asynchronous;
 mod bus;
 mod errors;
 mod fetch;

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod harness;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;

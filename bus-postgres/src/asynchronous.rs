@@ -1,0 +1,244 @@
+//! The async surface (feature `async`): every operation awaits the same
+//! tokio-postgres code the synchronous bus runs on its connector runtime,
+//! here on the caller's runtime, bounded by the bus's timeout. A bus made
+//! by [`PostgresBus::connect_async`] starts no connector thread until a
+//! synchronous call or a subscription needs one (subscriptions read through
+//! the synchronous feed, which [`bus_core::SubscriptionStream`] drives off
+//! the runtime's workers).
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bus_core::{AsyncEventBus, BoxFuture};
+use bus_core::{
+    BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
+    SubscribeOptions, SubscriptionStream, check_partition, uid_partition, validate_topic,
+    validate_uid,
+};
+
+use crate::bus::{PostgresBus, Rounds};
+use crate::errors::pool;
+use crate::inner::Core;
+use crate::options::PostgresOptions;
+use crate::shared::{Shared, Topic};
+use crate::{fetch, topics};
+
+/// `future`, or `Timeout` naming `what` after `timeout`.
+async fn bounded<T>(
+    what: &str,
+    timeout: Duration,
+    future: impl Future<Output = Result<T, BusError>>,
+) -> Result<T, BusError> {
+    tokio::time::timeout(timeout, future)
+        .await
+        .unwrap_or_else(|_| {
+            Err(BusError::Timeout {
+                operation: what.to_owned(),
+                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            })
+        })
+}
+
+impl PostgresBus {
+    /// [`PostgresBus::connect`] for async code: connects on the caller's
+    /// runtime and starts no connector thread.
+    pub async fn connect_async(url: &str) -> Result<Self, BusError> {
+        Self::connect_async_with(PostgresOptions::from_url(url)?).await
+    }
+
+    /// [`PostgresBus::connect_with`] for async code.
+    pub async fn connect_async_with(options: PostgresOptions) -> Result<Self, BusError> {
+        options.check()?;
+        let timeout = options.timeout;
+        let shared = Arc::new(Shared::new(options)?);
+        bounded("connect", timeout, async {
+            let client = shared.pool.get().await.map_err(pool)?;
+            topics::check_version(&shared, &**client).await
+        })
+        .await?;
+        Ok(Self {
+            core: Arc::new(Core {
+                executor: OnceLock::new(),
+                shared,
+            }),
+        })
+    }
+
+    /// Whether this bus has started its connector thread (a synchronous
+    /// call or a subscription did).
+    pub fn connector_started(&self) -> bool {
+        self.core.connector_started()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.core.shared.options.timeout
+    }
+
+    async fn topic_async(&self, name: &str) -> Result<Arc<Topic>, BusError> {
+        validate_topic(name)?;
+        if let Some(topic) = self.core.shared.cached(name) {
+            return Ok(topic);
+        }
+        topics::topic(&self.core.shared, name).await
+    }
+
+    async fn publish_async(
+        &self,
+        topic: &str,
+        records: &[BatchRecord],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        bounded("publish", self.timeout(), async {
+            let topic = self.topic_async(topic).await?;
+            let Some(rounds) = Rounds::prepare(&self.core, &topic, records)? else {
+                return Ok(Vec::new());
+            };
+            let name = topic.spec.name.clone();
+            let offsets = rounds.append(Arc::clone(&self.core.shared), topic).await?;
+            Rounds::acks(&name, offsets)
+        })
+        .await
+    }
+
+    async fn publish_one_async(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let record = BatchRecord {
+            key: key.to_owned(),
+            value: value.clone(),
+            uid: uid.map(str::to_owned),
+        };
+        self.publish_async(topic, std::slice::from_ref(&record))
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))
+    }
+}
+
+impl AsyncEventBus for PostgresBus {
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(self.publish_one_async(topic, key, value, None))
+    }
+
+    fn publish_idempotent<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            validate_uid(event_uid)?;
+            self.publish_one_async(topic, key, value, Some(event_uid))
+                .await
+        })
+    }
+
+    fn publish_batch<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecord],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move {
+            for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
+                validate_uid(uid)?;
+            }
+            self.publish_async(topic, records).await
+        })
+    }
+
+    fn fetch<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
+        Box::pin(bounded("fetch", self.timeout(), async move {
+            let topic = self.topic_async(topic).await?;
+            check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+            if max == 0 {
+                return Ok(Vec::new());
+            }
+            fetch::fetch(&self.core.shared, &topic, partition, offset, max).await
+        }))
+    }
+
+    fn find_event_by_uid<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
+        Box::pin(bounded("find by UID", self.timeout(), async move {
+            let state = self.topic_async(topic).await?;
+            let partition = uid_partition(&state.spec, key, event_uid)?;
+            let found = fetch::find(&self.core.shared, &state, partition, event_uid).await?;
+            Ok(found.map(|offset| PublishAck {
+                topic: state.spec.name.clone(),
+                partition,
+                offset,
+            }))
+        }))
+    }
+
+    fn offsets<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+    ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
+        Box::pin(bounded("offsets", self.timeout(), async move {
+            let topic = self.topic_async(topic).await?;
+            check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+            fetch::offsets(&self.core.shared, &topic, partition).await
+        }))
+    }
+
+    fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
+        Box::pin(bounded("topic lookup", self.timeout(), async move {
+            Ok(self.topic_async(topic).await?.spec.partitions)
+        }))
+    }
+
+    fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
+        Box::pin(bounded("provision", self.timeout(), async move {
+            manifest.validate()?;
+            topics::provision(&self.core.shared, manifest).await
+        }))
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        topic: &'a str,
+        selector: Selector,
+        start: StartAt,
+        options: SubscribeOptions,
+    ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
+        let topic = topic.to_owned();
+        let bus = PostgresBus {
+            core: Arc::clone(&self.core),
+        };
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                bus_core::EventBus::subscribe(&bus, &topic, selector, start, options)?.into_stream()
+            })
+            .await
+            .unwrap_or_else(|error| {
+                Err(BusError::backend(
+                    "postgres",
+                    format!("subscribe did not finish: {error}"),
+                ))
+            })
+        })
+    }
+}
