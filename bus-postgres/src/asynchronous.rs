@@ -65,12 +65,6 @@ impl PostgresBus {
         })
     }
 
-    /// Whether this bus has started its connector thread (a synchronous
-    /// call or a subscription did).
-    pub fn connector_started(&self) -> bool {
-        self.core.connector_started()
-    }
-
     fn timeout(&self) -> Duration {
         self.core.shared.options.timeout
     }

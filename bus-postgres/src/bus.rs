@@ -55,6 +55,13 @@ impl PostgresBus {
         Ok(Self { core })
     }
 
+    /// Whether this bus has started its connector thread: a bus made by
+    /// `connect_async` (feature `async`) starts it at its first
+    /// synchronous call or subscription.
+    pub fn connector_started(&self) -> bool {
+        self.core.connector_started()
+    }
+
     fn publish_records(
         &self,
         topic: &str,
