@@ -1,13 +1,13 @@
 //! The async surface against the sync one wrapped in `spawn_blocking`: 64
 //! tasks publishing on a two-worker tokio runtime, in alternating rounds of
 //! the same run, on the embedded log (`Durability::Sync`: every ack after
-//! fdatasync) and, when `BUS_NATS_URL` / `BUS_KAFKA_BROKERS` are set, on
-//! NATS and Kafka.
+//! fdatasync) and, when `BUS_NATS_URL` / `BUS_KAFKA_BROKERS` /
+//! `BUS_POSTGRES_URL` are set, on NATS, Kafka and PostgreSQL.
 //!
 //! ```sh
-//! cargo run --release --example async_publish --features async,nats,kafka
-//! BUS_NATS_URL=nats://127.0.0.1:4222 BUS_KAFKA_BROKERS=127.0.0.1:9092 \
-//!   cargo run --release --example async_publish --features async,nats,kafka
+//! cargo run --release --example async_publish --features async
+//! eval "$(scripts/brokers.sh up)"
+//! cargo run --release --example async_publish --features async,nats,kafka,postgres
 //! ```
 //!
 //! Environment: `TASKS` (64), `RECORDS` (records per task per round;
@@ -187,7 +187,7 @@ async fn compare(
     );
 }
 
-#[cfg(any(feature = "nats", feature = "kafka"))]
+#[cfg(any(feature = "nats", feature = "kafka", feature = "postgres"))]
 fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -298,6 +298,37 @@ async fn kafka(shape: Shape) -> Result<(), BusError> {
     Ok(())
 }
 
+#[cfg(feature = "postgres")]
+async fn postgres(shape: Shape) -> Result<(), BusError> {
+    let Ok(url) = std::env::var("BUS_POSTGRES_URL") else {
+        eprintln!("BUS_POSTGRES_URL is not set: no PostgreSQL rows");
+        return Ok(());
+    };
+    // A schema of its own (lower case: PostgreSQL folds unquoted names).
+    let options = bus::PostgresOptions::from_url(&url)?.schema(unique("ba").replace('-', "_"));
+    let asynchronous = Arc::new(bus::PostgresBus::connect_async_with(options.clone()).await?);
+    let synchronous = Arc::new(
+        tokio::task::spawn_blocking(move || bus::PostgresBus::connect_with(options))
+            .await
+            .unwrap()?,
+    );
+    let manifest = Manifest::new([TopicSpec::new("bench", shape.partitions)]);
+    AsyncEventBus::provision(&*asynchronous, &manifest).await?;
+    compare(
+        "PostgreSQL",
+        Arc::clone(&asynchronous) as Arc<dyn AsyncEventBus>,
+        synchronous as Arc<dyn EventBus>,
+        "bench",
+        shape,
+    )
+    .await;
+    assert!(
+        !asynchronous.connector_started(),
+        "the async PostgreSQL bus started a connector thread"
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), BusError> {
     let shape = Shape {
         tasks: env_or("TASKS", 64),
@@ -322,6 +353,8 @@ fn main() -> Result<(), BusError> {
         nats(shape).await?;
         #[cfg(feature = "kafka")]
         kafka(shape).await?;
+        #[cfg(feature = "postgres")]
+        postgres(shape).await?;
         Ok::<_, BusError>(())
     })
 }
