@@ -268,6 +268,8 @@ pub(crate) struct Partition {
     pub(crate) acked: OnceLock<AckedEnd>,
     /// Open files of recently read sealed segments.
     pub(crate) sealed_files: Mutex<FileCache>,
+    /// Which sealed segments may hold a UID (see `locator`).
+    pub(crate) locator: crate::locator::LocatorCell,
 }
 
 impl Partition {
@@ -291,6 +293,7 @@ impl Partition {
             read: RwLock::new(read),
             acked: OnceLock::new(),
             sealed_files: Mutex::default(),
+            locator: crate::locator::LocatorCell::default(),
         }
     }
 
@@ -730,6 +733,21 @@ impl Drop for Partition {
                 partition = self.id,
                 %error,
                 "active segment's index not saved at close (the next open reads the segment)"
+            );
+        }
+        // The UID locator, so the next open's first lookup reads it back
+        // instead of every table.
+        if let Some(locator) = self.locator.unpersisted()
+            && let Err(error) = crate::fsutil::write_atomic(
+                &self.dir.join(crate::locator::FILE),
+                &locator.encode(),
+            )
+        {
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.id,
+                %error,
+                "UID locator not saved at close (the next open rebuilds it)"
             );
         }
     }
