@@ -267,16 +267,32 @@ impl Locator {
             .unwrap_or(0)
     }
 
-    /// A copy that also covers the segment `id` holding `uids`, and no
-    /// longer the segments below `first_live` (deleted). When every slot is
-    /// taken, the oldest segment's is reused (it is asked directly from
-    /// then on). `Err(Rebuild)` when the fingerprints would grow too short.
+    /// A copy that also covers the segment `id` holding `uids` (see
+    /// [`Locator::add_segment`]).
+    #[cfg(test)]
     pub fn with_segment(
         &self,
         id: SegmentId,
         uids: &[(String, u64)],
         first_live: u64,
     ) -> Result<Self, Rebuild> {
+        let mut out = self.clone();
+        out.add_segment(id, uids, first_live)?;
+        Ok(out)
+    }
+
+    /// Also covers the segment `id` holding `uids`, and no longer the
+    /// segments below `first_live` (deleted). When every slot is taken, the
+    /// oldest segment's is reused (it is asked directly from then on).
+    /// `Err(Rebuild)`, leaving it unchanged, when the fingerprints would
+    /// grow too short. Works in place (the arrays grow at their end), so
+    /// memory never holds two copies of the entries.
+    pub fn add_segment(
+        &mut self,
+        id: SegmentId,
+        uids: &[(String, u64)],
+        first_live: u64,
+    ) -> Result<(), Rebuild> {
         let take = self.free_slot(first_live);
         let mut drop = [false; SLOTS];
         for (i, slot) in self.slots.iter().enumerate() {
@@ -310,64 +326,105 @@ impl Locator {
             .collect();
         fresh.sort_unstable();
         fresh.dedup();
-        // Old entries are carried over only when `kept > 0`, so `q >= self.q`.
-        let shift = q.saturating_sub(self.q);
-        let mut fresh_count = 0u64;
-        let mut out = Self::empty(self.key, q);
-        out.r = r;
-        let capacity = usize::try_from(kept).unwrap_or(0) + fresh.len();
-        out.fps.reserve_exact(capacity);
-        out.classes.reserve_exact(capacity);
-        let mut fresh = fresh.into_iter().peekable();
-        let mut counts = vec![0u32; 1usize << q];
-        for old_bucket in 0..(1usize << self.q) {
-            let (from, to) = (self.dir[old_bucket] as usize, self.dir[old_bucket + 1] as usize);
-            for i in from..to {
-                let class_of = self.classes[i];
-                if drop[usize::from(class_of)] {
-                    continue;
+        let buckets = 1usize << q;
+        // 1. The kept entries, compacted to the front and re-placed at
+        // (q, r); `counts[b]`: how many are in bucket `b`. The directory is
+        // reused for the counts when its size stays.
+        let mut w = 0usize;
+        let mut counts = if kept == 0 {
+            self.fps.clear();
+            self.classes.clear();
+            vec![0u32; buckets + 1]
+        } else if q == self.q {
+            let mut from = 0usize;
+            for b in 0..buckets {
+                let to = self.dir[b + 1] as usize;
+                let start = w;
+                for i in from..to {
+                    if !drop[usize::from(self.classes[i])] {
+                        self.fps[w] = self.fps[i];
+                        self.classes[w] = self.classes[i];
+                        w += 1;
+                    }
                 }
-                let old = self.fps[i];
-                let (bucket, fp) = if shift == 0 {
-                    (old_bucket, old)
-                } else {
-                    (
-                        (old_bucket << shift) | usize::from(old >> (16 - shift)),
-                        (old << shift) & fp_mask(r),
-                    )
-                };
-                while let Some(&(b, f)) = fresh.peek()
-                    && (b, f) < (bucket, fp)
-                {
-                    out.fps.push(f);
-                    out.classes.push(class);
-                    counts[b] += 1;
-                    fresh_count += 1;
-                    fresh.next();
+                self.dir[b] = u32::try_from(w - start).map_err(|_| Rebuild)?;
+                from = to;
+            }
+            std::mem::take(&mut self.dir)
+        } else {
+            let shift = q - self.q;
+            let mut counts = vec![0u32; buckets + 1];
+            for old_bucket in 0..(1usize << self.q) {
+                for i in self.dir[old_bucket] as usize..self.dir[old_bucket + 1] as usize {
+                    if drop[usize::from(self.classes[i])] {
+                        continue;
+                    }
+                    let old = self.fps[i];
+                    let bucket = (old_bucket << shift) | usize::from(old >> (16 - shift));
+                    self.fps[w] = (old << shift) & fp_mask(r);
+                    self.classes[w] = self.classes[i];
+                    counts[bucket] += 1;
+                    w += 1;
                 }
-                out.fps.push(fp);
-                out.classes.push(class_of);
-                counts[bucket] += 1;
+            }
+            counts
+        };
+        self.fps.truncate(w);
+        self.classes.truncate(w);
+        // 2. The new entries merged in from the back.
+        let m = fresh.len();
+        self.fps.resize(w + m, 0);
+        self.classes.resize(w + m, 0);
+        let (mut i, mut j, mut k) = (w, m, w + m);
+        let (mut bucket, mut left) = (buckets, 0u32);
+        while j > 0 {
+            let take_fresh = if i == 0 {
+                true
+            } else {
+                while left == 0 {
+                    bucket -= 1;
+                    left = counts[bucket];
+                }
+                fresh[j - 1] >= (bucket, self.fps[i - 1])
+            };
+            k -= 1;
+            if take_fresh {
+                self.fps[k] = fresh[j - 1].1;
+                self.classes[k] = class;
+                j -= 1;
+            } else {
+                self.fps[k] = self.fps[i - 1];
+                self.classes[k] = self.classes[i - 1];
+                i -= 1;
+                left -= 1;
             }
         }
-        for (b, f) in fresh {
-            out.fps.push(f);
-            out.classes.push(class);
+        for &(b, _) in &fresh {
             counts[b] += 1;
-            fresh_count += 1;
         }
-        out.finish_dir(&counts).map_err(|()| Rebuild)?;
-        for (i, slot) in self.slots.iter().enumerate() {
-            if !drop[i] {
-                out.slots[i] = *slot;
+        // 3. Counts to starts.
+        counts.truncate(buckets);
+        let mut at = 0u32;
+        for count in &mut counts {
+            let n = *count;
+            *count = at;
+            at = at.checked_add(n).ok_or(Rebuild)?;
+        }
+        counts.push(at);
+        self.dir = counts;
+        self.q = q;
+        self.r = r;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if drop[i] {
+                *slot = None;
             }
         }
-        out.slots[take] = Some(Slot {
+        self.slots[take] = Some(Slot {
             id,
-            entries: fresh_count,
+            entries: m as u64,
         });
-        out.index_slots();
-        Ok(out)
+        self.index_slots();
+        Ok(())
     }
 
     /// A locator with a fresh key covering the segments `ids` (at most
@@ -769,9 +826,8 @@ impl Partition {
         }
         let added = !missing.is_empty();
         for (id, uids) in missing {
-            match locator.with_segment(*id, &uids.entries()?, first) {
-                Ok(next) => locator = next,
-                Err(Rebuild) => return Ok(None),
+            if locator.add_segment(*id, &uids.entries()?, first).is_err() {
+                return Ok(None);
             }
         }
         Ok(Some((locator, added)))
@@ -782,37 +838,39 @@ impl Partition {
         Locator::build(&ids, |i| sealed[i].1.entries())
     }
 
-    /// The loaded locator with the segment `id` holding `uids` (being
-    /// sealed) added: `None` when none is loaded (its load will cover it).
-    pub(crate) fn locator_with(
-        &self,
-        id: SegmentId,
-        uids: &[(String, u64)],
-    ) -> Option<Result<Locator, Rebuild>> {
-        let current = self.locator.get()?;
-        let first = self.reader().segments.first().map_or(u64::MAX, |s| s.base);
-        Some(current.with_segment(id, uids, first))
-    }
-
-    /// Installs what [`Partition::locator_with`] made, once the segment is
-    /// listed as sealed: rebuilt from the tables when due, and with any
-    /// sealed segment it lacks (sealed while it was loading) added.
-    pub(crate) fn install_locator(&self, next: Option<Result<Locator, Rebuild>>) {
+    /// Covers the segment `id` holding `uids`, just sealed and listed as
+    /// such, when the locator is loaded (otherwise its load will). In
+    /// place, under the lock: lookups wait for the merge (a few ms per
+    /// million UIDs) rather than memory holding two copies. Rebuilt from
+    /// the tables when due, with any sealed segment it lacks (sealed while
+    /// it was loading) added.
+    pub(crate) fn cover_sealed(&self, id: SegmentId, uids: &[(String, u64)]) {
+        let (first, sealed_count) = {
+            let read = self.reader();
+            let first = read.segments.first().map_or(u64::MAX, |s| s.base);
+            (first, read.segments.len().saturating_sub(1))
+        };
+        let mut current = write(&self.locator.current);
+        let Some(locator) = current.as_mut() else {
+            return;
+        };
+        self.locator.persisted.store(false, Ordering::Release);
+        let locator = Arc::make_mut(locator);
+        let added = locator.add_segment(id, uids, first);
+        let complete = added.is_ok() && locator.covered().count() >= sealed_count.min(SLOTS);
+        let next = (!complete).then(|| locator.clone());
+        drop(current);
         let Some(next) = next else {
             return;
         };
-        let sealed_count = self.reader().segments.len().saturating_sub(1);
-        let result = match next {
-            Ok(next) if next.covered().count() >= sealed_count.min(SLOTS) => Ok(next),
-            Ok(next) => {
-                let sealed = self.sealed();
-                match self.catch_up(next, &sealed) {
-                    Ok(Some((next, _))) => Ok(next),
-                    Ok(None) => self.build_locator(&sealed),
-                    Err(error) => Err(error),
-                }
-            }
-            Err(Rebuild) => self.build_locator(&self.sealed()),
+        let sealed = self.sealed();
+        let result = match added {
+            Ok(()) => match self.catch_up(next, &sealed) {
+                Ok(Some((next, _))) => Ok(next),
+                Ok(None) => self.build_locator(&sealed),
+                Err(error) => Err(error),
+            },
+            Err(Rebuild) => self.build_locator(&sealed),
         };
         match result {
             Ok(next) => {

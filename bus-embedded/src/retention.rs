@@ -79,9 +79,8 @@ impl Partition {
             end: sealed.end,
             log_len: sealed.len,
         };
-        let locator = self.locator_with(id, &list);
         let uids = SealedUids::new(&self.dir, base, sealed.end, sealed.len, &self.options)
-            .store(list)
+            .store(&list)
             .map_err(|e| Poison::bus(&format!("sealing segment {base}"), e))?;
         // What a clean close left for the active segment is superseded.
         for ext in [CLOSED_IDX, CLOSED_UIDS] {
@@ -110,7 +109,8 @@ impl Partition {
             });
         }
         // Listed as sealed: the locator may name it now.
-        self.install_locator(locator);
+        self.cover_sealed(id, &list);
+        drop(list);
         writer.file = file;
         writer.base = next;
         writer.pos = 0;

@@ -752,11 +752,11 @@ impl SealedUids {
         let end = self.end;
         let mut uids = scan.uids;
         uids.retain(|&(_, offset)| offset < end);
-        self.state_of(uids)
+        self.state_of(&uids)
     }
 
     /// Writes the table of `uids` (when writable) and loads it.
-    fn state_of(&self, uids: Vec<(String, u64)>) -> Result<State, BusError> {
+    fn state_of(&self, uids: &[(String, u64)]) -> Result<State, BusError> {
         if self.writable
             && let Some(bytes) = encode(self.base, self.end, self.log_len, &uids)
         {
@@ -777,14 +777,14 @@ impl SealedUids {
             }
         }
         let mut index = UidIndex::default();
-        for (uid, offset) in &uids {
+        for (uid, offset) in uids {
             index.push(uid.clone(), *offset);
         }
-        Ok(State::Memory(index, uids))
+        Ok(State::Memory(index, uids.to_vec()))
     }
 
     /// Writes the table from `uids` now (at seal, or after a scan at open).
-    pub fn store(self, uids: Vec<(String, u64)>) -> Result<Self, BusError> {
+    pub fn store(self, uids: &[(String, u64)]) -> Result<Self, BusError> {
         let state = self.state_of(uids)?;
         *write(&self.state) = state;
         Ok(self)
