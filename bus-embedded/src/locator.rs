@@ -464,7 +464,10 @@ impl Locator {
         // Fewer than 2^32 entries per partition (u32 starts).
         let _ = out.finish_dir(&counts);
         for (slot, id) in ids[skip..].iter().enumerate() {
-            out.slots[slot] = Some(Slot { id: *id, entries: 0 });
+            out.slots[slot] = Some(Slot {
+                id: *id,
+                entries: 0,
+            });
         }
         for &class in &out.classes {
             if let Some(slot) = &mut out.slots[usize::from(class)] {
@@ -580,8 +583,7 @@ impl Locator {
             .checked_add(buckets.checked_add(1)?.checked_mul(4)?)?
             .checked_add(n.checked_mul(3)?)?
             .checked_add(4)?;
-        if bytes.len() != len
-            || crc32c::crc32c(&bytes[HEADER..len - 4]) != word32(bytes, len - 4)?
+        if bytes.len() != len || crc32c::crc32c(&bytes[HEADER..len - 4]) != word32(bytes, len - 4)?
         {
             return None;
         }
@@ -971,7 +973,11 @@ mod tests {
         let mut loc = Locator::new();
         for seg in 0..(SLOTS as u64 + 10) {
             loc = loc
-                .with_segment(id(seg * 10, seg * 10 + 10), &uids(seg * 10, seg * 10 + 10), 0)
+                .with_segment(
+                    id(seg * 10, seg * 10 + 10),
+                    &uids(seg * 10, seg * 10 + 10),
+                    0,
+                )
                 .unwrap();
         }
         // The oldest ten gave their slots to the newest.

@@ -738,10 +738,8 @@ impl Drop for Partition {
         // The UID locator, so the next open's first lookup reads it back
         // instead of every table.
         if let Some(locator) = self.locator.unpersisted()
-            && let Err(error) = crate::fsutil::write_atomic(
-                &self.dir.join(crate::locator::FILE),
-                &locator.encode(),
-            )
+            && let Err(error) =
+                crate::fsutil::write_atomic(&self.dir.join(crate::locator::FILE), &locator.encode())
         {
             tracing::warn!(
                 topic = %self.topic,

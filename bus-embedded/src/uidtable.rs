@@ -758,7 +758,7 @@ impl SealedUids {
     /// Writes the table of `uids` (when writable) and loads it.
     fn state_of(&self, uids: &[(String, u64)]) -> Result<State, BusError> {
         if self.writable
-            && let Some(bytes) = encode(self.base, self.end, self.log_len, &uids)
+            && let Some(bytes) = encode(self.base, self.end, self.log_len, uids)
         {
             fsutil::write_atomic(&self.table_path, &bytes)?;
             let file = File::open(&self.table_path)?;

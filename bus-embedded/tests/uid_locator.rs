@@ -154,7 +154,12 @@ fn stale_locators_are_not_trusted() {
         publish(&bus, 100, 100 + more);
         drop(bus);
         std::fs::write(locator(dir.path(), 0), &old).unwrap();
-        check(&reopen(dir.path()), 0, 100 + more, &format!("{more} behind"));
+        check(
+            &reopen(dir.path()),
+            0,
+            100 + more,
+            &format!("{more} behind"),
+        );
     }
 }
 
