@@ -736,8 +736,10 @@ impl Drop for Partition {
             );
         }
         // The UID locator, so the next open's first lookup reads it back
-        // instead of every table.
+        // instead of every table (one covering no segment is built for
+        // free: not worth an fsync per partition).
         if let Some(locator) = self.locator.unpersisted()
+            && locator.covered().next().is_some()
             && let Err(error) =
                 crate::fsutil::write_atomic(&self.dir.join(crate::locator::FILE), &locator.encode())
         {
