@@ -95,6 +95,7 @@ impl EmbeddedBus {
     pub fn open_with(path: impl AsRef<Path>, mut options: Options) -> Result<Self, BusError> {
         let root = path.as_ref().to_path_buf();
         options.notifier = Arc::default();
+        options.open_files = Arc::default();
         if options.read_only {
             return Self::open_reader(root, options);
         }
