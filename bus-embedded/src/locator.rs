@@ -1021,6 +1021,51 @@ mod tests {
     }
 
     #[test]
+    fn growing_while_segments_are_deleted_keeps_every_live_uid() {
+        // Segments of growing size, the oldest deleted as new ones come,
+        // so merges grow the directory and drop entries at once.
+        let mut loc = Locator::new();
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let mut next = 0u64;
+        for seg in 0..40u64 {
+            let len = 50 + seg * seg * 40;
+            let (from, to) = (next, next + len);
+            next = to;
+            live.push((from, to));
+            if live.len() > 6 {
+                live.remove(0);
+            }
+            let first = live[0].0;
+            match loc.with_segment(id(from, to), &uids(from, to), first) {
+                Ok(grown) => loc = grown,
+                Err(Rebuild) => {
+                    let ids: Vec<SegmentId> = live.iter().map(|&(f, t)| id(f, t)).collect();
+                    loc =
+                        Locator::build(&ids, |i| Ok::<_, ()>(uids(live[i].0, live[i].1))).unwrap();
+                }
+            }
+            assert_eq!(loc.covered().count(), live.len(), "segment {seg}");
+            for &(f, t) in &live {
+                for i in (f..t).step_by(11) {
+                    assert!(holders(&loc, &format!("e{i}")).contains(&f), "e{i}");
+                }
+            }
+            // A deleted UID names a live segment only by a fingerprint
+            // collision (a false candidate), rarely.
+            let probed = (0..first).step_by(7).count();
+            let named = (0..first)
+                .step_by(7)
+                .filter(|i| !holders(&loc, &format!("e{i}")).is_empty())
+                .count();
+            assert!(
+                named * 50 <= probed.max(50),
+                "{named} of {probed} deleted named"
+            );
+        }
+        assert!(loc.q > MIN_Q, "the directory grew");
+    }
+
+    #[test]
     fn damaged_files_are_refused() {
         let mut loc = Locator::new();
         loc = loc.with_segment(id(0, 300), &uids(0, 300), 0).unwrap();
