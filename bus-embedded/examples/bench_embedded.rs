@@ -83,6 +83,42 @@ fn bare_fsync_rate(dir: &Path, budget: Duration) -> f64 {
     r
 }
 
+/// write + fdatasync of 1 MiB appends for about `budget`: the disk's
+/// bandwidth for what a batch publish does (append, then sync). MB/s.
+fn bare_append_bandwidth(dir: &Path, budget: Duration) -> f64 {
+    const CHUNK: usize = 1 << 20;
+    let path = dir.join("append-probe");
+    let file = std::fs::File::create(&path).unwrap();
+    let buf = vec![b'x'; CHUNK];
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed() < budget {
+        file.write_all_at(&buf, n * CHUNK as u64).unwrap();
+        file.sync_data().unwrap();
+        n += 1;
+    }
+    let r = rate(n * CHUNK as u64, start.elapsed()) / 1e6;
+    std::fs::remove_file(path).unwrap();
+    r
+}
+
+/// `serde_json::from_slice::<Value>` of the bench's events (already
+/// serialized, ~200 bytes each) for about `budget`: records/s. What a
+/// replay must at least do per record.
+fn parse_rate(budget: Duration) -> f64 {
+    let events: Vec<Vec<u8>> = (0..10_000)
+        .map(|i| serde_json::to_vec(&event(i)).unwrap())
+        .collect();
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed() < budget {
+        for bytes in &events {
+            let value: Value = serde_json::from_slice(bytes).unwrap();
+            std::hint::black_box(value);
+        }
+        n += events.len() as u64;
+    }
+    rate(n, start.elapsed())
+}
+
 fn provision(bus: &dyn EventBus, name: &str) {
     bus.provision(&Manifest::new([TopicSpec::new(name, 1)]))
         .unwrap();
@@ -95,6 +131,16 @@ fn publish_for(bus: &dyn EventBus, topic: &str, budget: Duration, from: u64) -> 
         n += 1;
     }
     n
+}
+
+/// Mean bytes of the bench's first `records` values as stored (JSON).
+fn payload_bytes(records: u64) -> f64 {
+    let sample = records.min(10_000);
+    let step = (records / sample).max(1);
+    let total: usize = (0..sample)
+        .map(|i| serde_json::to_vec(&event(i * step)).unwrap().len())
+        .sum();
+    total as f64 / sample as f64
 }
 
 /// Publishes `records` in batches of 1000; returns the time spent in
@@ -339,6 +385,7 @@ fn main() {
 
     provision(&bus, "small");
     fill(&bus, "small", 1_000);
+    let append = bare_append_bandwidth(dir, budget);
     provision(&bus, "big");
     let took = fill(&bus, "big", records);
     let rss = status_mib("VmRSS");
@@ -353,6 +400,15 @@ fn main() {
         ratio: Some(batch / sqlite_insert),
         target: ">= 200000",
     });
+    let payload = batch * payload_bytes(records) / 1e6;
+    rows.push(Row {
+        name: "batch publish payload, Sync",
+        value: payload,
+        unit: "MB/s",
+        reference: Some(("1 MiB write+fdatasync", append)),
+        ratio: Some(payload / append),
+        target: ">= 0.5",
+    });
 
     let start = Instant::now();
     let mut offset = 0;
@@ -363,6 +419,7 @@ fn main() {
     }
     assert_eq!(offset, records);
     let replay = rate(records, start.elapsed());
+    let parse = parse_rate(budget);
     rows.push(Row {
         name: "sequential replay fetch(max=1000)",
         value: replay,
@@ -370,6 +427,14 @@ fn main() {
         reference: Some(("SQLite 1000/query", sqlite_replay)),
         ratio: Some(replay / sqlite_replay),
         target: ">= 500000",
+    });
+    rows.push(Row {
+        name: "sequential replay fetch(max=1000)",
+        value: replay,
+        unit: "rec/s",
+        reference: Some(("serde_json parse to Value", parse)),
+        ratio: Some(replay / parse),
+        target: ">= 0.8",
     });
 
     let (fetch_small, find_small) = latencies(&bus, "small", 1_000);
@@ -424,7 +489,7 @@ fn main() {
         unit: "ms",
         reference: None,
         ratio: None,
-        target: "",
+        target: "<= 50 ms",
     });
     let killed = open_after_kill(dir);
     rows.push(Row {
@@ -449,7 +514,7 @@ fn main() {
         dir.display()
     );
     println!(
-        "{:<40} {:>14} {:<6} {:<24} {:>12} {:>8} {:<8}",
+        "{:<40} {:>14} {:<6} {:<26} {:>12} {:>8} {:<8}",
         "measure", "value", "unit", "reference", "ref value", "ratio", "target"
     );
     for r in &rows {
@@ -458,7 +523,7 @@ fn main() {
             .map_or(("", String::new()), |(n, v)| (n, format!("{v:.1}")));
         let ratio = r.ratio.map_or(String::new(), |x| format!("{x:.2}"));
         println!(
-            "{:<40} {:>14.1} {:<6} {:<24} {:>12} {:>8} {:<8}",
+            "{:<40} {:>14.1} {:<6} {:<26} {:>12} {:>8} {:<8}",
             r.name, r.value, r.unit, rn, rv, ratio, r.target
         );
     }

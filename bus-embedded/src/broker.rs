@@ -85,6 +85,7 @@ impl EmbeddedBus {
     pub fn open_with(path: impl AsRef<Path>, mut options: Options) -> Result<Self, BusError> {
         let root = path.as_ref().to_path_buf();
         options.notifier = Arc::default();
+        options.open_files = Arc::default();
         if options.read_only {
             return Self::open_reader(root, options);
         }
@@ -254,6 +255,15 @@ impl Drop for EmbeddedBus {
         if let Some(Flusher { stop, thread }) = self.flusher.take() {
             drop(stop);
             let _ = thread.join();
+        }
+        // A commit thread of the async surface may hold a partition past
+        // the bus: stopped here, every partition closes with the bus's
+        // state, before the directory lock (dropped last) is released.
+        let topics: Vec<_> = read(&self.inner.topics).values().cloned().collect();
+        for topic in topics {
+            for partition in &topic.partitions {
+                partition.stop_committer();
+            }
         }
     }
 }

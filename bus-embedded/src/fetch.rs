@@ -35,11 +35,12 @@ impl Partition {
         auth: Option<&RecordAuth>,
     ) -> Result<Option<u64>, BusError> {
         let h = crate::uidtable::hash(uid.as_bytes());
+        let locator = self.locator()?;
         let Some(auth) = auth else {
             let read = self.reader();
-            for segment in &read.segments {
-                if let Some(uids) = &segment.uids
-                    && let Some(&first) = uids.get(uid, h)?.first()
+            for (i, filtered) in crate::lookup::probes(&read.segments, locator.as_deref(), uid) {
+                if let Some(uids) = &read.segments[i].uids
+                    && let Some(&first) = uids.get(uid, h, filtered)?.first()
                 {
                     return Ok(Some(first));
                 }
@@ -49,9 +50,9 @@ impl Partition {
         let candidates = {
             let read = self.reader();
             let mut all = Vec::new();
-            for segment in &read.segments {
-                if let Some(uids) = &segment.uids {
-                    all.extend(uids.get(uid, h)?);
+            for (i, filtered) in crate::lookup::probes(&read.segments, locator.as_deref(), uid) {
+                if let Some(uids) = &read.segments[i].uids {
+                    all.extend(uids.get(uid, h, filtered)?);
                 }
             }
             all.extend(read.uids.all(uid));

@@ -315,7 +315,8 @@ pub struct FuzzUidTable(crate::uidtable::Table);
 
 impl FuzzUidTable {
     /// Loads the table in `file` for the segment `base..end` of `log_len`
-    /// bytes; `None` when its header or filter is refused.
+    /// bytes; `None` when its header is refused (the filter is checked when
+    /// first used).
     pub fn load(file: File, base: u64, end: u64, log_len: u64) -> Option<Self> {
         crate::uidtable::Table::load(file, base, end, log_len)
             .ok()

@@ -1,7 +1,8 @@
 //! `bus-embedded`: the embedded, durable backend of the `bus` event-bus
 //! trait. Each topic partition is a directory of segment files holding
 //! checksummed frames, one per group-committed batch; a sparse offset index
-//! and a UID index per segment keep fetch and lookup cost independent of
+//! and a UID index per segment, and one UID locator per partition naming
+//! the segments a UID may be in, keep fetch and lookup cost independent of
 //! the log's length.
 //!
 //! ```
@@ -33,6 +34,7 @@
 //! DIR/topics/<name>/p0000/<base:020>.uids    UID table of a sealed segment (`uidtable`)
 //! DIR/topics/<name>/p0000/<base:020>.cidx    the active segment's index at a clean close
 //! DIR/topics/<name>/p0000/<base:020>.cuids   the active segment's UID table at a clean close
+//! DIR/topics/<name>/p0000/uid-locator        which sealed segments hold a UID (`locator`), at a clean close
 //! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
 //! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```
@@ -49,6 +51,8 @@ mod fsutil;
 pub mod fuzzing;
 mod index;
 mod inner;
+mod locator;
+mod lookup;
 mod notifier;
 mod options;
 mod partition;

@@ -86,6 +86,9 @@ pub struct Options {
     pub(crate) files: Arc<dyn FileLayer>,
     /// The bus's live subscriptions; each open gets its own.
     pub(crate) notifier: Arc<Notifier>,
+    /// Sealed segments' files the bus keeps open beyond each partition's
+    /// first few (see `partition::FileCache`); each open gets its own.
+    pub(crate) open_files: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Default for Options {
@@ -98,6 +101,7 @@ impl Default for Options {
             read_only: false,
             files: Arc::new(OsFiles),
             notifier: Arc::default(),
+            open_files: Arc::default(),
         }
     }
 }

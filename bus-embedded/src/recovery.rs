@@ -348,7 +348,7 @@ fn load_sealed(
         if let Some(list) =
             index::read_hint(&uids_path).and_then(|b| index::decode_uids(&b, base, index.end))
         {
-            return Ok((index.clone(), uids.store(list)?));
+            return Ok((index.clone(), uids.store(&list)?));
         }
     }
     let file = File::open(path)?;
@@ -368,7 +368,7 @@ fn load_sealed(
             rebuilt
         }
     };
-    let uids = SealedUids::new(dir, base, index.end, index.len, options).store(scan.uids)?;
+    let uids = SealedUids::new(dir, base, index.end, index.len, options).store(&scan.uids)?;
     Ok((index, uids))
 }
 

@@ -74,8 +74,14 @@ impl Partition {
                 .map_err(|e| Poison::io(&format!("sealing segment {base}"), e))
         };
         seal(IDX, index::encode_index(base, &sealed))?;
+        let list = writer.sealed_uids().map_err(Poison::note)?;
+        let id = crate::locator::SegmentId {
+            base,
+            end: sealed.end,
+            log_len: sealed.len,
+        };
         let uids = SealedUids::new(&self.dir, base, sealed.end, sealed.len, &self.options)
-            .store(writer.sealed_uids().map_err(Poison::note)?)
+            .store(&list)
             .map_err(|e| Poison::bus(&format!("sealing segment {base}"), e))?;
         // What a clean close left for the active segment is superseded.
         for ext in [CLOSED_IDX, CLOSED_UIDS] {
@@ -103,6 +109,9 @@ impl Partition {
                 uids: None,
             });
         }
+        // Listed as sealed: the locator may name it now.
+        self.cover_sealed(id, &list);
+        drop(list);
         writer.file = file;
         writer.base = next;
         writer.pos = 0;

@@ -55,9 +55,11 @@ pub(crate) struct FrameReader<'f> {
 
 /// Read-ahead size.
 pub(crate) const CHUNK: usize = 64 * 1024;
-/// Read-ahead of a read of a few records: about one bounded frame of a
-/// batch, so one record costs one short read (see `frame::FRAME_BYTES`).
-pub(crate) const SMALL_CHUNK: usize = 16 * 1024;
+/// Read-ahead of a read of a few records: the frame of a sparse-index entry
+/// (one per ~4 KiB) and the next, at `frame::FRAME_RECORDS` records of
+/// ~200 bytes, so one record costs one short read (larger records get a
+/// longer read when their frame needs it).
+pub(crate) const SMALL_CHUNK: usize = 8 * 1024;
 
 impl<'f> FrameReader<'f> {
     pub fn new(file: &'f File, pos: u64, end: u64) -> Self {

@@ -1,14 +1,16 @@
 //! The UID table of a sealed segment: its `(UID, offset)` pairs in a hash
 //! table of checksummed pages on disk (`<base>.uids`), read one page per
-//! lookup with `pread`, and a blocked Bloom filter held in memory (about
-//! 1.25 bytes per UID) that answers most absent UIDs without I/O. Memory
-//! per sealed segment is the filter alone, so it no longer grows with every
-//! retained UID (issue 15).
+//! lookup with `pread`, and a blocked Bloom filter (about 1.25 bytes per
+//! UID) that answers most absent UIDs without I/O. The partition's
+//! `locator` names the segments a UID may be in, so the tables it covers
+//! are read without their filter, which stays on disk; a table the locator
+//! does not cover holds its filter in memory once asked (issue 15).
 //!
 //! The file is a hint, never trusted blindly: its header names the
 //! segment's base, end offset and byte length and carries a CRC, the
-//! filter has its own CRC (checked when the table is loaded, on its first
-//! lookup), and every page carries a CRC checked on each read. A file that
+//! filter has its own CRC (checked when the filter is first read, and by
+//! every full read of the table), and every page carries a CRC checked on
+//! each read. A file that
 //! is missing, cut, damaged or stale is rebuilt from the segment.
 //!
 //! ```text
@@ -317,51 +319,66 @@ impl Filter {
     }
 }
 
-/// A loaded table: the open file, its header and its filter.
+/// A loaded table: the open file, its header and (once a lookup asks
+/// for it) its filter.
 #[derive(Debug)]
 pub(crate) struct Table {
     file: File,
     header: Header,
-    filter: Arc<Filter>,
+    filter: OnceLock<Arc<Filter>>,
 }
 
 impl Table {
     /// Opens the table `file` of the segment `base..end` of `log_len`
-    /// bytes, checking its header and filter.
+    /// bytes, checking its header (the filter is read and checked when
+    /// first used, the pages on every read).
     pub fn load(file: File, base: u64, end: u64, log_len: u64) -> Result<Self, Unfit> {
         let file_len = file.metadata()?.len();
         let mut head = [0u8; HEADER];
         file.read_exact_at(&mut head, 0)?;
         let header = decode_header(&head, base, end, log_len, file_len)
             .ok_or_else(|| Unfit::Damaged("header does not match the segment".to_owned()))?;
-        let blocks = usize::try_from(header.blocks).map_err(|_| Unfit::Damaged("size".into()))?;
+        Ok(Self {
+            file,
+            header,
+            filter: OnceLock::new(),
+        })
+    }
+
+    /// The filter, read and checked against its CRC on first use.
+    fn filter(&self) -> Result<&Arc<Filter>, Unfit> {
+        if let Some(filter) = self.filter.get() {
+            return Ok(filter);
+        }
+        let blocks =
+            usize::try_from(self.header.blocks).map_err(|_| Unfit::Damaged("size".into()))?;
         let mut bytes = vec![0u8; blocks * BLOCK];
-        file.read_exact_at(&mut bytes, HEADER as u64)?;
-        if crc32c::crc32c(&bytes) != header.filter_crc {
+        self.file.read_exact_at(&mut bytes, HEADER as u64)?;
+        if crc32c::crc32c(&bytes) != self.header.filter_crc {
             return Err(Unfit::Damaged("filter checksum".to_owned()));
         }
         let words = bytes
             .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
             .collect();
-        Ok(Self {
-            file,
-            filter: Arc::new(Filter {
-                words,
-                blocks: header.blocks,
-            }),
-            header,
-        })
+        let filter = Arc::new(Filter {
+            words,
+            blocks: self.header.blocks,
+        });
+        Ok(self.filter.get_or_init(|| filter))
     }
 
     /// Offsets of `uid` in the table, ascending.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub fn get(&self, uid: &[u8]) -> Result<Vec<u64>, Unfit> {
-        self.get_hashed(uid, hash(uid))
+        self.get_hashed(uid, hash(uid), true)
     }
 
-    /// [`Table::get`] of a UID whose [`hash`] is `h`.
-    pub fn get_hashed(&self, uid: &[u8], h: u64) -> Result<Vec<u64>, Unfit> {
-        if !self.filter.may_hold(h) {
+    /// [`Table::get`] of a UID whose [`hash`] is `h`; `filtered`: ask the
+    /// filter first (false when the partition's locator named this table,
+    /// so the UID is likely here and the filter would cost a miss more).
+    pub fn get_hashed(&self, uid: &[u8], h: u64, filtered: bool) -> Result<Vec<u64>, Unfit> {
+        if filtered && !self.filter()?.may_hold(h) {
             return Ok(Vec::new());
         }
         let mut page = scale(h, self.header.home_pages);
@@ -397,6 +414,8 @@ impl Table {
 
     /// Every `(UID, offset)` of the table, in offset order.
     pub fn entries(&self) -> Result<Vec<(String, u64)>, Unfit> {
+        // Read whole: the filter is checked too.
+        self.filter()?;
         let mut buf = vec![0u8; self.header.page_size];
         let mut all = Vec::new();
         for page in 0..self.header.pages {
@@ -596,9 +615,11 @@ impl SealedUids {
         }
     }
 
-    /// Every offset of `uid` (of [`hash`] `h`) in the segment, ascending.
-    pub fn get(&self, uid: &str, h: u64) -> Result<Vec<u64>, BusError> {
-        if let Some(filter) = self.filter.get()
+    /// Every offset of `uid` (of [`hash`] `h`) in the segment, ascending;
+    /// `filtered`: ask the filter first (see [`Table::get_hashed`]).
+    pub fn get(&self, uid: &str, h: u64, filtered: bool) -> Result<Vec<u64>, BusError> {
+        if filtered
+            && let Some(filter) = self.filter.get()
             && !filter.may_hold(h)
         {
             return Ok(Vec::new());
@@ -608,11 +629,14 @@ impl SealedUids {
                 let state = read(&self.state);
                 match &*state {
                     State::Memory(index, _) => return Ok(index.all(uid)),
-                    State::Table(table) => match table.get_hashed(uid.as_bytes(), h) {
+                    State::Table(table) => match table.get_hashed(uid.as_bytes(), h, filtered) {
                         Ok(found) => {
                             // From now on absent UIDs are answered without the lock.
-                            if self.filter.get().is_none() {
-                                let _ = self.filter.set(Arc::clone(&table.filter));
+                            if filtered
+                                && self.filter.get().is_none()
+                                && let Some(filter) = table.filter.get()
+                            {
+                                let _ = self.filter.set(Arc::clone(filter));
                             }
                             return Ok(found);
                         }
@@ -626,13 +650,12 @@ impl SealedUids {
             match (&*state, why) {
                 (State::Unloaded, _) => *state = self.load()?,
                 // Another lookup may have rebuilt it meanwhile: look again.
-                (State::Table(table), Some(why)) if table.get(uid.as_bytes()).is_err() => {
+                (State::Table(table), Some(why))
+                    if table.get_hashed(uid.as_bytes(), h, filtered).is_err() =>
+                {
                     *state = self.rebuild(&why)?;
                 }
                 _ => {}
-            }
-            if let State::Table(table) = &*state {
-                let _ = self.filter.set(Arc::clone(&table.filter));
             }
         }
         Err(BusError::backend(
@@ -729,13 +752,13 @@ impl SealedUids {
         let end = self.end;
         let mut uids = scan.uids;
         uids.retain(|&(_, offset)| offset < end);
-        self.state_of(uids)
+        self.state_of(&uids)
     }
 
     /// Writes the table of `uids` (when writable) and loads it.
-    fn state_of(&self, uids: Vec<(String, u64)>) -> Result<State, BusError> {
+    fn state_of(&self, uids: &[(String, u64)]) -> Result<State, BusError> {
         if self.writable
-            && let Some(bytes) = encode(self.base, self.end, self.log_len, &uids)
+            && let Some(bytes) = encode(self.base, self.end, self.log_len, uids)
         {
             fsutil::write_atomic(&self.table_path, &bytes)?;
             let file = File::open(&self.table_path)?;
@@ -754,14 +777,14 @@ impl SealedUids {
             }
         }
         let mut index = UidIndex::default();
-        for (uid, offset) in &uids {
+        for (uid, offset) in uids {
             index.push(uid.clone(), *offset);
         }
-        Ok(State::Memory(index, uids))
+        Ok(State::Memory(index, uids.to_vec()))
     }
 
     /// Writes the table from `uids` now (at seal, or after a scan at open).
-    pub fn store(self, uids: Vec<(String, u64)>) -> Result<Self, BusError> {
+    pub fn store(self, uids: &[(String, u64)]) -> Result<Self, BusError> {
         let state = self.state_of(uids)?;
         *write(&self.state) = state;
         Ok(self)

@@ -14,7 +14,7 @@ use support::{
     value_for,
 };
 
-/// Records in the batch: several frames of at most 64 records.
+/// Records in the batch: several frames (of at most 16 records).
 const BATCH: usize = 200;
 /// Records published one by one before it.
 const BEFORE: usize = 10;
