@@ -1,6 +1,7 @@
 //! The two publish methods every backend writes the same way: both go to
 //! the backend's own `publish_one(topic, key, value, uid)`, in a span
-//! naming the backend, after the UID is checked.
+//! naming the backend, after the UID is checked (and the same for the
+//! async surface).
 
 /// Expands, inside an `impl EventBus for X` block, to `publish` and
 /// `publish_idempotent`, both calling the inherent method
@@ -30,6 +31,40 @@ macro_rules! publish_through_publish_one {
         ) -> ::std::result::Result<$crate::PublishAck, $crate::BusError> {
             $crate::validate_uid(event_uid)?;
             self.publish_one(topic, key, value, Some(event_uid))
+        }
+    };
+}
+
+/// The async counterpart of [`publish_through_publish_one!`]: inside an
+/// `impl AsyncEventBus for X` block, `publish` and `publish_idempotent`
+/// over the inherent `async fn publish_one_async(&self, topic: &str, key:
+/// &str, value: &serde_json::Value, uid: Option<&str>) -> Result<PublishAck,
+/// BusError>`, the UID checked first.
+#[cfg(feature = "async")]
+#[macro_export]
+macro_rules! async_publish_through_publish_one {
+    () => {
+        fn publish<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            value: &'a ::serde_json::Value,
+        ) -> $crate::BoxFuture<'a, ::std::result::Result<$crate::PublishAck, $crate::BusError>> {
+            ::std::boxed::Box::pin(self.publish_one_async(topic, key, value, None))
+        }
+
+        fn publish_idempotent<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            value: &'a ::serde_json::Value,
+            event_uid: &'a str,
+        ) -> $crate::BoxFuture<'a, ::std::result::Result<$crate::PublishAck, $crate::BusError>> {
+            ::std::boxed::Box::pin(async move {
+                $crate::validate_uid(event_uid)?;
+                self.publish_one_async(topic, key, value, Some(event_uid))
+                    .await
+            })
         }
     };
 }

@@ -9,15 +9,12 @@
 //! files and run on the caller's tokio runtime's blocking pool, so the
 //! async surface must be used from inside a tokio runtime.
 
-use std::collections::BTreeMap;
-
 use bus_core::{
     AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, validate_uid,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream,
 };
 
 use crate::EmbeddedBus;
-use crate::frame::NewRecord;
 
 impl EmbeddedBus {
     /// Runs `work` on a handle of this bus on the runtime's blocking pool.
@@ -38,14 +35,18 @@ impl EmbeddedBus {
     }
 
     /// One record through the group commit, awaited.
-    async fn publish_async(
+    async fn publish_one_async(
         &self,
         topic_name: &str,
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
     ) -> Result<PublishAck, BusError> {
-        self.inner.writable("publish")?;
+        self.inner.writable(if uid.is_some() {
+            "publish_idempotent"
+        } else {
+            "publish"
+        })?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
         let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
@@ -74,19 +75,7 @@ impl EmbeddedBus {
         self.inner.writable("publish_batch")?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
-        let mut groups: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
-        for (i, record) in records.iter().enumerate() {
-            let (partition, new) = self.record(
-                &topic,
-                &record.key,
-                &record.value,
-                record.uid.as_deref(),
-                auth.as_ref(),
-            )?;
-            let group = groups.entry(partition).or_default();
-            group.0.push(i);
-            group.1.push(new);
-        }
+        let groups = self.group_batch(&topic, records, auth.as_ref())?;
         let mut answers = Vec::with_capacity(groups.len());
         for (partition, (positions, batch)) in groups {
             let answer = topic
@@ -111,28 +100,7 @@ impl EmbeddedBus {
 }
 
 impl AsyncEventBus for EmbeddedBus {
-    fn publish<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_async(topic, key, value, None))
-    }
-
-    fn publish_idempotent<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-        event_uid: &'a str,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(async move {
-            self.inner.writable("publish_idempotent")?;
-            validate_uid(event_uid)?;
-            self.publish_async(topic, key, value, Some(event_uid)).await
-        })
-    }
+    bus_core::async_publish_through_publish_one!();
 
     fn publish_batch<'a>(
         &'a self,

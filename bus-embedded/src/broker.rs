@@ -44,6 +44,10 @@ pub struct EmbeddedBus {
     primary: bool,
 }
 
+/// A batch's records by partition: their positions in the batch and the
+/// framed records, in batch order.
+pub(crate) type BatchGroups = BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)>;
+
 #[derive(Debug)]
 struct Flusher {
     stop: mpsc::Sender<()>,
@@ -177,6 +181,30 @@ impl EmbeddedBus {
             flusher: None,
             primary: false,
         }
+    }
+
+    /// A batch's records checked and framed, grouped by partition with
+    /// their positions in the batch (a bad record fails the whole batch).
+    pub(crate) fn group_batch(
+        &self,
+        topic: &Topic,
+        records: &[BatchRecord],
+        auth: Option<&RecordAuth>,
+    ) -> Result<BatchGroups, BusError> {
+        let mut groups = BatchGroups::new();
+        for (i, record) in records.iter().enumerate() {
+            let (partition, new) = self.record(
+                topic,
+                &record.key,
+                &record.value,
+                record.uid.as_deref(),
+                auth,
+            )?;
+            let group = groups.entry(partition).or_default();
+            group.0.push(i);
+            group.1.push(new);
+        }
+        Ok(groups)
     }
 
     pub(crate) fn record(
@@ -411,19 +439,7 @@ impl EventBus for EmbeddedBus {
         self.inner.writable("publish_batch")?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
-        let mut groups: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
-        for (i, record) in records.iter().enumerate() {
-            let (partition, new) = self.record(
-                &topic,
-                &record.key,
-                &record.value,
-                record.uid.as_deref(),
-                auth.as_ref(),
-            )?;
-            let group = groups.entry(partition).or_default();
-            group.0.push(i);
-            group.1.push(new);
-        }
+        let groups = self.group_batch(&topic, records, auth.as_ref())?;
         let mut acks: Vec<Option<PublishAck>> = vec![None; records.len()];
         for (partition, (positions, batch)) in groups {
             let offsets = topic.partition(partition)?.append(batch, auth.clone())?;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use bus_core::{
     AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, validate_uid,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream,
 };
 use futures::StreamExt as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -137,8 +137,12 @@ impl KafkaBus {
     async fn publish_one_async(
         &self,
         topic: &str,
-        record: BatchRecord,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
     ) -> Result<PublishAck, BusError> {
+        let mut record = BatchRecord::new(key, value.clone());
+        record.uid = uid.map(str::to_owned);
         self.publish_async(topic, vec![record])
             .await?
             .into_iter()
@@ -234,28 +238,7 @@ async fn produce_async(
 }
 
 impl AsyncEventBus for KafkaBus {
-    fn publish<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, BatchRecord::new(key, value.clone())))
-    }
-
-    fn publish_idempotent<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-        event_uid: &'a str,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(async move {
-            validate_uid(event_uid)?;
-            let record = BatchRecord::new(key, value.clone()).with_uid(event_uid);
-            self.publish_one_async(topic, record).await
-        })
-    }
+    bus_core::async_publish_through_publish_one!();
 
     fn publish_batch<'a>(
         &'a self,

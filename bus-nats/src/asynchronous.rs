@@ -19,7 +19,7 @@ use async_nats::jetstream;
 use bus_core::{
     AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
     Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, check_partition,
-    uid_partition, validate_topic, validate_uid,
+    uid_partition, validate_topic,
 };
 
 use crate::bus::{connect_client, jetstream_of};
@@ -199,28 +199,7 @@ impl NatsBus {
 }
 
 impl AsyncEventBus for NatsBus {
-    fn publish<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, key, value, None))
-    }
-
-    fn publish_idempotent<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-        event_uid: &'a str,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(async move {
-            validate_uid(event_uid)?;
-            self.publish_one_async(topic, key, value, Some(event_uid))
-                .await
-        })
-    }
+    bus_core::async_publish_through_publish_one!();
 
     fn publish_batch<'a>(
         &'a self,

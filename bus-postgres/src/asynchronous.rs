@@ -115,28 +115,7 @@ impl PostgresBus {
 }
 
 impl AsyncEventBus for PostgresBus {
-    fn publish<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, key, value, None))
-    }
-
-    fn publish_idempotent<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        value: &'a serde_json::Value,
-        event_uid: &'a str,
-    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(async move {
-            validate_uid(event_uid)?;
-            self.publish_one_async(topic, key, value, Some(event_uid))
-                .await
-        })
-    }
+    bus_core::async_publish_through_publish_one!();
 
     fn publish_batch<'a>(
         &'a self,
