@@ -50,18 +50,22 @@ fn value(task: usize, n: usize) -> serde_json::Value {
     serde_json::json!({"task": task, "n": n, "event": "tool_call", "detail": "x".repeat(64)})
 }
 
-async fn async_round(bus: Arc<dyn AsyncEventBus>, topic: &str, shape: Shape) -> Round {
+/// `shape.tasks` tasks, each awaiting `publish(task, n)` for its records
+/// one after another; the round's wall time and every publish's latency.
+async fn round<F, Fut>(shape: Shape, publish: F) -> Round
+where
+    F: Fn(usize, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let started = Instant::now();
     let tasks: Vec<_> = (0..shape.tasks)
         .map(|task| {
-            let (bus, topic) = (Arc::clone(&bus), topic.to_owned());
+            let publish = publish.clone();
             tokio::spawn(async move {
-                let key = format!("task-{task}");
                 let mut latencies = Vec::with_capacity(shape.records);
                 for n in 0..shape.records {
-                    let value = value(task, n);
                     let at = Instant::now();
-                    bus.publish(&topic, &key, &value).await.unwrap();
+                    publish(task, n).await;
                     latencies.push(at.elapsed());
                 }
                 latencies
@@ -78,36 +82,36 @@ async fn async_round(bus: Arc<dyn AsyncEventBus>, topic: &str, shape: Shape) -> 
     }
 }
 
+/// Each publish through the async surface.
+async fn async_round(bus: Arc<dyn AsyncEventBus>, topic: &str, shape: Shape) -> Round {
+    let topic: Arc<str> = topic.into();
+    round(shape, move |task, n| {
+        let (bus, topic) = (Arc::clone(&bus), Arc::clone(&topic));
+        async move {
+            let value = value(task, n);
+            bus.publish(&topic, &format!("task-{task}"), &value)
+                .await
+                .unwrap();
+        }
+    })
+    .await
+}
+
+/// Each publish through the sync surface, in `spawn_blocking`.
 async fn sync_round(bus: Arc<dyn EventBus>, topic: &str, shape: Shape) -> Round {
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..shape.tasks)
-        .map(|task| {
-            let (bus, topic) = (Arc::clone(&bus), topic.to_owned());
-            tokio::spawn(async move {
-                let key = format!("task-{task}");
-                let mut latencies = Vec::with_capacity(shape.records);
-                for n in 0..shape.records {
-                    let (bus, topic, key) = (Arc::clone(&bus), topic.clone(), key.clone());
-                    let at = Instant::now();
-                    tokio::task::spawn_blocking(move || {
-                        bus.publish(&topic, &key, &value(task, n)).unwrap();
-                    })
-                    .await
+    let topic: Arc<str> = topic.into();
+    round(shape, move |task, n| {
+        let (bus, topic) = (Arc::clone(&bus), Arc::clone(&topic));
+        async move {
+            tokio::task::spawn_blocking(move || {
+                bus.publish(&topic, &format!("task-{task}"), &value(task, n))
                     .unwrap();
-                    latencies.push(at.elapsed());
-                }
-                latencies
             })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.unwrap());
-    }
-    Round {
-        wall: started.elapsed(),
-        latencies,
-    }
+            .await
+            .unwrap();
+        }
+    })
+    .await
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -225,6 +225,14 @@ impl BusError {
         }
     }
 
+    /// A [`BusError::Timeout`]: `operation` did not finish within `after`.
+    pub fn timeout(operation: impl Into<String>, after: std::time::Duration) -> Self {
+        Self::Timeout {
+            operation: operation.into(),
+            after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     /// A [`BusError::Unavailable`] with no underlying error.
     pub fn unavailable(backend: &str, reason: impl Into<String>) -> Self {
         Self::Unavailable {

@@ -272,10 +272,6 @@ impl ConnectorExecutor {
                 ),
             ));
         }
-        let timed_out = || BusError::Timeout {
-            operation: what.to_owned(),
-            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        };
         let (result_sender, result_receiver) = std::sync::mpsc::sync_channel(1);
         let (slot, alone) = self.gate.enter();
         // Spawning straight onto the runtime (no hop through a command
@@ -305,7 +301,7 @@ impl ConnectorExecutor {
         self.note_duration(started.elapsed());
         match received {
             Ok(Some(value)) => Ok(value),
-            Ok(None) | Err(RecvTimeoutError::Timeout) => Err(timed_out()),
+            Ok(None) | Err(RecvTimeoutError::Timeout) => Err(BusError::timeout(what, timeout)),
             Err(RecvTimeoutError::Disconnected) => Err(BusError::backend(
                 "bus",
                 format!(
@@ -356,6 +352,19 @@ fn spin_until(budget: Duration, mut done: impl FnMut() -> bool) {
             return;
         }
     }
+}
+
+/// `future` awaited on the caller's runtime, or [`BusError::Timeout`]
+/// naming `what` after `timeout`: the bound of every async-surface
+/// operation of the network backends.
+pub async fn bounded<T>(
+    what: &str,
+    timeout: Duration,
+    future: impl Future<Output = Result<T, BusError>>,
+) -> Result<T, BusError> {
+    tokio::time::timeout(timeout, future)
+        .await
+        .unwrap_or_else(|_| Err(BusError::timeout(what, timeout)))
 }
 
 impl Drop for ConnectorExecutor {

@@ -1,7 +1,8 @@
-//! The two publish methods every backend writes the same way: both go to
-//! the backend's own `publish_one(topic, key, value, uid)`, in a span
-//! naming the backend, after the UID is checked (and the same for the
-//! async surface).
+//! The trait methods backends would otherwise write alike: the two publish
+//! methods, which go to the backend's own `publish_one(topic, key, value,
+//! uid)` in a span naming the backend after the UID is checked (and their
+//! async counterparts), and the async reads of backends that can only read
+//! through blocking calls.
 
 /// Expands, inside an `impl EventBus for X` block, to `publish` and
 /// `publish_idempotent`, both calling the inherent method
@@ -65,6 +66,56 @@ macro_rules! async_publish_through_publish_one {
                 self.publish_one_async(topic, key, value, Some(event_uid))
                     .await
             })
+        }
+    };
+}
+
+/// Inside an `impl AsyncEventBus for X` block whose backend answers reads
+/// only through blocking calls (the embedded log's files, librdkafka's
+/// consumer): `fetch`, `find_event_by_uid` and `offsets` as the
+/// [`EventBus`](crate::EventBus) calls on an owned handle of the bus, run
+/// by the inherent `async fn $blocking<T, F>(&self, what: &'static str,
+/// work: F) -> Result<T, BusError>` where `F: FnOnce(X) -> Result<T,
+/// BusError> + Send + 'static` (the caller's runtime's blocking pool, never
+/// a worker thread).
+#[cfg(feature = "async")]
+#[macro_export]
+macro_rules! async_reads_through_blocking {
+    ($blocking:ident) => {
+        fn fetch<'a>(
+            &'a self,
+            topic: &'a str,
+            partition: u32,
+            offset: u64,
+            max: usize,
+        ) -> $crate::BoxFuture<'a, ::std::result::Result<::std::vec::Vec<$crate::StoredEvent>, $crate::BusError>> {
+            let topic = topic.to_owned();
+            ::std::boxed::Box::pin(self.$blocking("fetch", move |bus| {
+                $crate::EventBus::fetch(&bus, &topic, partition, offset, max)
+            }))
+        }
+
+        fn find_event_by_uid<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            event_uid: &'a str,
+        ) -> $crate::BoxFuture<'a, ::std::result::Result<::std::option::Option<$crate::PublishAck>, $crate::BusError>> {
+            let (topic, key, uid) = (topic.to_owned(), key.to_owned(), event_uid.to_owned());
+            ::std::boxed::Box::pin(self.$blocking("find_event_by_uid", move |bus| {
+                $crate::EventBus::find_event_by_uid(&bus, &topic, &key, &uid)
+            }))
+        }
+
+        fn offsets<'a>(
+            &'a self,
+            topic: &'a str,
+            partition: u32,
+        ) -> $crate::BoxFuture<'a, ::std::result::Result<$crate::PartitionOffsets, $crate::BusError>> {
+            let topic = topic.to_owned();
+            ::std::boxed::Box::pin(self.$blocking("offsets", move |bus| {
+                $crate::EventBus::offsets(&bus, &topic, partition)
+            }))
         }
     };
 }

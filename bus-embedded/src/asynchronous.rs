@@ -10,8 +10,8 @@
 //! async surface must be used from inside a tokio runtime.
 
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream,
+    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PublishAck, Selector,
+    StartAt, SubscribeOptions, SubscriptionStream,
 };
 
 use crate::EmbeddedBus;
@@ -42,27 +42,12 @@ impl EmbeddedBus {
         value: &serde_json::Value,
         uid: Option<&str>,
     ) -> Result<PublishAck, BusError> {
-        self.inner.writable(if uid.is_some() {
-            "publish_idempotent"
-        } else {
-            "publish"
-        })?;
-        let topic = self.inner.topic(topic_name)?;
-        let auth = self.inner.auth();
-        let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
-        let answer = topic
-            .partition(partition)?
-            .append_async(vec![record], auth)?;
-        let offset = answer
-            .await?
-            .first()
-            .copied()
-            .ok_or_else(|| BusError::backend("embedded", "publish stored nothing"))?;
-        Ok(PublishAck {
-            topic: topic_name.to_owned(),
-            partition,
-            offset,
-        })
+        let one = self.one_record(topic_name, key, value, uid)?;
+        let answer = one
+            .topic
+            .partition(one.partition)?
+            .append_async(vec![one.record], one.auth)?;
+        crate::broker::one_ack(topic_name, one.partition, &answer.await?)
     }
 
     /// `publish_batch`: validated as a whole first, then one request per
@@ -110,41 +95,7 @@ impl AsyncEventBus for EmbeddedBus {
         Box::pin(self.publish_batch_async(topic, records))
     }
 
-    fn fetch<'a>(
-        &'a self,
-        topic: &'a str,
-        partition: u32,
-        offset: u64,
-        max: usize,
-    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        let topic = topic.to_owned();
-        Box::pin(self.blocking("fetch", move |bus| {
-            EventBus::fetch(&bus, &topic, partition, offset, max)
-        }))
-    }
-
-    fn find_event_by_uid<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        event_uid: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        let (topic, key, uid) = (topic.to_owned(), key.to_owned(), event_uid.to_owned());
-        Box::pin(self.blocking("find_event_by_uid", move |bus| {
-            EventBus::find_event_by_uid(&bus, &topic, &key, &uid)
-        }))
-    }
-
-    fn offsets<'a>(
-        &'a self,
-        topic: &'a str,
-        partition: u32,
-    ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        let topic = topic.to_owned();
-        Box::pin(self.blocking("offsets", move |bus| {
-            EventBus::offsets(&bus, &topic, partition)
-        }))
-    }
+    bus_core::async_reads_through_blocking!(blocking);
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         let owned = topic.to_owned();

@@ -229,13 +229,16 @@ impl EmbeddedBus {
         ))
     }
 
-    fn publish_one(
+    /// The checks and preparation of a one-record publish (sync or async):
+    /// the bus is writable, the topic exists, the record is valid; its
+    /// partition picked and its tag computed.
+    pub(crate) fn one_record(
         &self,
         topic_name: &str,
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
-    ) -> Result<PublishAck, BusError> {
+    ) -> Result<OneRecord, BusError> {
         self.inner.writable(if uid.is_some() {
             "publish_idempotent"
         } else {
@@ -244,17 +247,53 @@ impl EmbeddedBus {
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
         let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
-        let offsets = topic.partition(partition)?.append(vec![record], auth)?;
-        let offset = offsets
-            .first()
-            .copied()
-            .ok_or_else(|| BusError::backend("embedded", "publish stored nothing"))?;
-        Ok(PublishAck {
-            topic: topic_name.to_owned(),
+        Ok(OneRecord {
+            topic,
             partition,
-            offset,
+            record,
+            auth,
         })
     }
+
+    fn publish_one(
+        &self,
+        topic_name: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+    ) -> Result<PublishAck, BusError> {
+        let one = self.one_record(topic_name, key, value, uid)?;
+        let offsets = one
+            .topic
+            .partition(one.partition)?
+            .append(vec![one.record], one.auth)?;
+        one_ack(topic_name, one.partition, &offsets)
+    }
+}
+
+/// A checked record of a one-record publish and where it goes.
+pub(crate) struct OneRecord {
+    pub topic: Arc<Topic>,
+    pub partition: u32,
+    pub record: NewRecord,
+    pub auth: Option<RecordAuth>,
+}
+
+/// The ack of a one-record publish that stored `offsets`.
+pub(crate) fn one_ack(
+    topic: &str,
+    partition: u32,
+    offsets: &[u64],
+) -> Result<PublishAck, BusError> {
+    let offset = offsets
+        .first()
+        .copied()
+        .ok_or_else(|| BusError::backend("embedded", "publish stored nothing"))?;
+    Ok(PublishAck {
+        topic: topic.to_owned(),
+        partition,
+        offset,
+    })
 }
 
 impl Flusher {

@@ -17,14 +17,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream,
+    AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PublishAck, Selector, StartAt,
+    SubscribeOptions, SubscriptionStream,
 };
 use futures::StreamExt as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::client::{Delivery, Reply, Ticket, map_error, timed_out};
-use crate::publish::{Prepared, prepare, to_record};
+use crate::publish::{Prepared, prepare_all, to_record};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, provision};
 use bus_core::sync::lock;
@@ -96,19 +96,7 @@ impl KafkaBus {
         records: Vec<BatchRecord>,
     ) -> Result<Vec<PublishAck>, BusError> {
         let entry = self.entry_async(topic).await?;
-        let auth = self.core.auth();
-        let prepared = records
-            .iter()
-            .map(|record| {
-                prepare(
-                    auth.as_ref(),
-                    &entry,
-                    &record.key,
-                    &record.value,
-                    record.uid.as_deref(),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let prepared = prepare_all(self.core.auth().as_ref(), &entry, &records)?;
         if prepared.is_empty() {
             return Ok(Vec::new());
         }
@@ -248,41 +236,7 @@ impl AsyncEventBus for KafkaBus {
         Box::pin(self.publish_async(topic, records.to_vec()))
     }
 
-    fn fetch<'a>(
-        &'a self,
-        topic: &'a str,
-        partition: u32,
-        offset: u64,
-        max: usize,
-    ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        let topic = topic.to_owned();
-        Box::pin(self.blocking_async("fetch", move |bus| {
-            EventBus::fetch(&bus, &topic, partition, offset, max)
-        }))
-    }
-
-    fn find_event_by_uid<'a>(
-        &'a self,
-        topic: &'a str,
-        key: &'a str,
-        event_uid: &'a str,
-    ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        let (topic, key, uid) = (topic.to_owned(), key.to_owned(), event_uid.to_owned());
-        Box::pin(self.blocking_async("find_event_by_uid", move |bus| {
-            EventBus::find_event_by_uid(&bus, &topic, &key, &uid)
-        }))
-    }
-
-    fn offsets<'a>(
-        &'a self,
-        topic: &'a str,
-        partition: u32,
-    ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        let topic = topic.to_owned();
-        Box::pin(self.blocking_async("offsets", move |bus| {
-            EventBus::offsets(&bus, &topic, partition)
-        }))
-    }
+    bus_core::async_reads_through_blocking!(blocking_async);
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         Box::pin(async move { Ok(self.entry_async(topic).await?.spec.partitions) })

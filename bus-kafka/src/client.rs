@@ -352,17 +352,13 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
     if matches!(error, KafkaError::ClientConfig(..)) {
         return BusError::invalid("kafka options", options.redact(format!("{what}: {error}")));
     }
-    let after_ms = u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX);
     match error.rdkafka_error_code() {
         Some(
             RDKafkaErrorCode::MessageTimedOut
             | RDKafkaErrorCode::OperationTimedOut
             | RDKafkaErrorCode::RequestTimedOut
             | RDKafkaErrorCode::TimedOutQueue,
-        ) => BusError::Timeout {
-            operation: what.to_owned(),
-            after_ms,
-        },
+        ) => BusError::timeout(what, options.timeout),
         // Also what a cluster answers while a broker shuts down or starts:
         // partitions without a leader, metadata not loaded yet. Which bus
         // topics and partitions exist is the manifest's to say, so an
@@ -401,10 +397,7 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
 
 /// A [`BusError::Timeout`] for `what` after the bus timeout.
 pub(crate) fn timed_out(options: &KafkaOptions, what: &str) -> BusError {
-    BusError::Timeout {
-        operation: what.to_owned(),
-        after_ms: u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX),
-    }
+    BusError::timeout(what, options.timeout)
 }
 
 #[cfg(test)]

@@ -26,6 +26,27 @@ pub(crate) struct Prepared {
     pub tag: Option<String>,
 }
 
+/// [`prepare`] of each record of a batch, in order; the first error
+/// refuses the whole batch (nothing is produced).
+pub(crate) fn prepare_all(
+    auth: Option<&RecordAuth>,
+    entry: &Entry,
+    records: &[BatchRecord],
+) -> Result<Vec<Prepared>, BusError> {
+    records
+        .iter()
+        .map(|record| {
+            prepare(
+                auth,
+                entry,
+                &record.key,
+                &record.value,
+                record.uid.as_deref(),
+            )
+        })
+        .collect()
+}
+
 /// Validates one record of `entry`'s topic and signs it when a key is set.
 pub(crate) fn prepare(
     auth: Option<&RecordAuth>,
@@ -218,19 +239,7 @@ impl KafkaBus {
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
         let entry = self.entry(topic)?;
-        let auth = self.core.auth();
-        let prepared = records
-            .iter()
-            .map(|record| {
-                prepare(
-                    auth.as_ref(),
-                    &entry,
-                    &record.key,
-                    &record.value,
-                    record.uid.as_deref(),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let prepared = prepare_all(self.core.auth().as_ref(), &entry, records)?;
         if prepared.is_empty() {
             return Ok(Vec::new());
         }

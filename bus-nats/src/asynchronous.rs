@@ -13,9 +13,9 @@
 //! waits for them, never a runtime worker.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream;
+use bus_core::executor::bounded;
 use bus_core::{
     AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
     Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, check_partition,
@@ -30,22 +30,6 @@ use crate::publish::{prepare, send_all};
 use crate::shared::TopicState;
 use crate::uid::{Resolved, UidSubject};
 use crate::{NatsBus, fetch, topics};
-
-/// `future`, or [`BusError::Timeout`] naming `what` after `timeout`.
-async fn bounded<T>(
-    what: &str,
-    timeout: Duration,
-    future: impl Future<Output = Result<T, BusError>>,
-) -> Result<T, BusError> {
-    tokio::time::timeout(timeout, future)
-        .await
-        .unwrap_or_else(|_| {
-            Err(BusError::Timeout {
-                operation: what.to_owned(),
-                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            })
-        })
-}
 
 impl NatsBus {
     /// [`NatsBus::connect`] for async code: connects on the caller's

@@ -79,10 +79,6 @@ impl Runner {
             Self::Connector(executor) => return executor.run_bounded(what, timeout, operation),
             Self::Runtime(runtime) => runtime,
         };
-        let timed_out = || BusError::Timeout {
-            operation: what.to_owned(),
-            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        };
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
             let result = tokio::time::timeout(timeout, operation()).await;
@@ -90,7 +86,9 @@ impl Runner {
         });
         match receiver.recv_timeout(timeout + CLEANUP_TIMEOUT) {
             Ok(Some(value)) => Ok(value),
-            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(timed_out()),
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(BusError::timeout(what, timeout))
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(unavailable(format!(
                 "{what}: the runtime it ran on has shut down"
             ))),
@@ -147,10 +145,7 @@ impl Runner {
                 break;
             }
         }
-        Err(BusError::Timeout {
-            operation: what.to_owned(),
-            after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-        })
+        Err(BusError::timeout(what, timeout))
     }
 
     /// Spawns background work.

@@ -27,10 +27,7 @@ pub(crate) fn unavailable_caused(
 }
 
 pub(crate) fn timed_out(operation: &str, after: Duration) -> BusError {
-    BusError::Timeout {
-        operation: operation.to_owned(),
-        after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
-    }
+    BusError::timeout(operation, after)
 }
 
 /// A JetStream API request failed: either the server answered with an

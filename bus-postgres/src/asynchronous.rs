@@ -6,10 +6,10 @@
 //! the synchronous feed, which [`bus_core::SubscriptionStream`] drives off
 //! the runtime's workers).
 
-use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bus_core::executor::bounded;
 use bus_core::{AsyncEventBus, BoxFuture};
 use bus_core::{
     BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
@@ -23,22 +23,6 @@ use crate::inner::Core;
 use crate::options::PostgresOptions;
 use crate::shared::{Shared, Topic};
 use crate::{fetch, topics};
-
-/// `future`, or `Timeout` naming `what` after `timeout`.
-async fn bounded<T>(
-    what: &str,
-    timeout: Duration,
-    future: impl Future<Output = Result<T, BusError>>,
-) -> Result<T, BusError> {
-    tokio::time::timeout(timeout, future)
-        .await
-        .unwrap_or_else(|_| {
-            Err(BusError::Timeout {
-                operation: what.to_owned(),
-                after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            })
-        })
-}
 
 impl PostgresBus {
     /// [`PostgresBus::connect`] for async code: connects on the caller's

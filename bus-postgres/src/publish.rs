@@ -87,10 +87,10 @@ async fn flush(shared: Arc<Shared>, topic: Arc<Topic>, partition: u32, queue: Ar
         )
         .await
         .unwrap_or_else(|_| {
-            Err(BusError::Timeout {
-                operation: format!("publish to {:?} partition {partition}", topic.spec.name),
-                after_ms: u64::try_from(shared.options.timeout.as_millis()).unwrap_or(u64::MAX),
-            })
+            Err(BusError::timeout(
+                format!("publish to {:?} partition {partition}", topic.spec.name),
+                shared.options.timeout,
+            ))
         });
         match outcome {
             Ok(offsets) => {
