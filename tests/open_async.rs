@@ -81,11 +81,26 @@ fn a_nats_url_opens_through_the_async_constructor() {
         return;
     };
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let url = format!("{url}?prefix=oa-{}", &id[..12]);
+    let prefix = format!("oa-{}", &id[..12]);
+    let bus_url = format!("{url}?prefix={prefix}");
     let manifest = Manifest::new([TopicSpec::new("audit", 2)]);
     runtime().block_on(async {
-        let bus = bus::open_async(&url, &manifest).await.unwrap();
+        let bus = bus::open_async(&bus_url, &manifest).await.unwrap();
         round_trip(&*bus).await;
+        drop(bus);
+        // The test's streams (`<prefix>_...`), deleted by a raw client.
+        use futures::StreamExt as _;
+        let js = async_nats::jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+        let ours: Vec<String> = js
+            .stream_names()
+            .filter_map(|name| async move { name.ok() })
+            .filter(|name| std::future::ready(name.starts_with(&format!("{prefix}_"))))
+            .collect()
+            .await;
+        assert!(!ours.is_empty(), "no streams named {prefix}_*");
+        for name in ours {
+            js.delete_stream(&name).await.unwrap();
+        }
     });
 }
 
@@ -125,10 +140,23 @@ fn a_postgres_url_opens_through_the_async_constructor() {
     };
     let id = uuid::Uuid::new_v4().simple().to_string();
     let separator = if url.contains('?') { '&' } else { '?' };
-    let url = format!("{url}{separator}schema=oa_{}", &id[..12]);
+    let schema = format!("oa_{}", &id[..12]);
+    let bus_url = format!("{url}{separator}schema={schema}");
     let manifest = Manifest::new([TopicSpec::new("audit", 2)]);
     runtime().block_on(async {
-        let bus = bus::open_async(&url, &manifest).await.unwrap();
+        let bus = bus::open_async(&bus_url, &manifest).await.unwrap();
         round_trip(&*bus).await;
+        drop(bus);
+        // The test's schema, dropped by a raw client.
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .unwrap();
+        drop(client);
+        let _ = connection.await;
     });
 }

@@ -15,6 +15,29 @@ impl std::fmt::Display for Unavailable {
 
 impl std::error::Error for Unavailable {}
 
+/// A fresh random id for one case's namespace (stream prefix, schema,
+/// manifest topic): the first `len` hex digits of a v4 UUID.
+///
+/// # Panics
+/// If `len` is over 32.
+pub fn namespace_id(len: usize) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    id[..len].to_owned()
+}
+
+/// A current-thread tokio runtime with every driver on, for a namespace that
+/// drives an async client (a raw writer, a cleanup) from the suite's
+/// synchronous cases.
+///
+/// # Errors
+/// [`Unavailable`] when the runtime cannot be built.
+pub fn current_thread_runtime() -> Result<tokio::runtime::Runtime, Unavailable> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| Unavailable(format!("runtime: {error}")))
+}
+
 /// How the suite reaches a backend.
 pub trait Harness {
     /// Backend name, for messages.

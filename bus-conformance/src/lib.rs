@@ -31,7 +31,9 @@ mod through_async;
 pub mod tls;
 pub mod util;
 
-pub use harness::{Harness, Namespace, RawRecord, Unavailable};
+pub use harness::{
+    Harness, Namespace, RawRecord, Unavailable, current_thread_runtime, namespace_id,
+};
 #[cfg(feature = "async")]
 pub use through_async::ThroughAsync;
 
@@ -83,12 +85,11 @@ impl Ctx {
     /// Opens the namespace's first bus.
     pub fn new(backend: &'static str, mut namespace: Box<dyn Namespace>) -> Result<Self, BusError> {
         let bus = namespace.open()?;
-        let id = uuid::Uuid::new_v4().simple().to_string();
         Ok(Self {
             backend,
             namespace,
             bus: Some(bus),
-            prefix: format!("c{}", &id[..12]),
+            prefix: format!("c{}", namespace_id(12)),
             control_key: None,
         })
     }

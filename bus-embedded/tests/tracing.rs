@@ -6,48 +6,13 @@
 mod support;
 
 use std::fs::File;
-use std::io::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use bus_core::{BatchRecord, BusError, EventBus};
 use bus_embedded::testing::FileLayer;
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, open, provision, recovery_point, segments, value_for};
-
-/// Everything a `fmt` subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Runs `work` with a subscriber on this thread and returns what it logged.
-fn captured(work: impl FnOnce()) -> String {
-    let out = Captured::default();
-    let writer = out.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    tracing::subscriber::with_default(subscriber, work);
-    out.text()
-}
+use support::{Captured, TOPIC, captured, open, provision, recovery_point, segments, value_for};
 
 fn lines_with<'a>(log: &'a str, level: &str, message: &str) -> Vec<&'a str> {
     log.lines()
@@ -160,6 +125,13 @@ fn operations_run_in_spans_naming_backend_and_topic() {
     let dir = tempfile::tempdir().unwrap();
     let bus = open(dir.path());
     provision(&bus, 1);
+    // Each operation once before the subscriber: its span's callsite is
+    // then registered, and making the subscriber rebuilds its interest. A
+    // callsite first registered by another test's thread while this
+    // subscriber is being made could otherwise miss it.
+    let warm = bus.publish(TOPIC, "k", &value_for("w", 0)).unwrap();
+    bus.fetch(TOPIC, warm.partition, warm.offset, 1).unwrap();
+    bus.find_event_by_uid(TOPIC, "k", "w").unwrap();
     let out = Captured::default();
     let writer = out.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -170,7 +142,7 @@ fn operations_run_in_spans_naming_backend_and_topic() {
         .finish();
     tracing::subscriber::with_default(subscriber, || {
         let ack = bus.publish(TOPIC, "k", &value_for("a", 0)).unwrap();
-        bus.fetch(TOPIC, ack.partition, ack.offset, 5).unwrap();
+        bus.fetch(TOPIC, ack.partition, 0, 5).unwrap();
         bus.find_event_by_uid(TOPIC, "k", "a").unwrap();
     });
     let log = out.text();

@@ -92,7 +92,10 @@ fn operations_run_on_the_callers_runtime_without_a_connector_thread() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let options = PostgresOptions::from_url(&url).expect("url").schema(schema);
+        let options = PostgresOptions::from_url(&url)
+            .expect("url")
+            .schema(schema.clone());
+        let config = options.config.clone();
         let bus = PostgresBus::connect_async_with(options)
             .await
             .expect("connect");
@@ -125,5 +128,16 @@ fn operations_run_on_the_callers_runtime_without_a_connector_thread() {
             }
         }
         assert_eq!(seen, [json!(1), json!(2), json!(3)]);
+        drop(stream);
+        drop(bus);
+        // The test's schema, dropped by a raw client.
+        let (client, connection) = config.connect(tokio_postgres::NoTls).await.expect("raw");
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+            .await
+            .expect("drop the test's schema");
+        drop(client);
+        let _ = connection.await;
     });
 }

@@ -1,7 +1,12 @@
-//! Helpers shared by the crash and recovery tests.
+//! Helpers shared by the crash and recovery tests, and the conformance
+//! suite's harness (`harness`).
 #![allow(dead_code, clippy::unwrap_used, clippy::cast_possible_truncation)]
 
+pub mod harness;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use bus_core::{BusError, EventBus, Manifest, StoredEvent, TopicSpec};
 use bus_embedded::EmbeddedBus;
@@ -117,4 +122,115 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
     }
+}
+
+/// Header bytes of a table (format "BUT2").
+pub const TABLE_HEADER: u64 = 88;
+
+pub fn word(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// What a table says, checked against its CRCs, apart from its key and the
+/// page layout the key picks: magic, page size, base, end, log length and
+/// count, and its `(UID, offset)` entries sorted.
+pub fn table_contents(bytes: &[u8]) -> (Vec<u8>, Vec<(Vec<u8>, u64)>) {
+    assert_eq!(
+        crc32c(&bytes[..84]).to_le_bytes(),
+        bytes[84..88],
+        "header CRC"
+    );
+    let page_size = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    let (pages, blocks) = (word(bytes, 40) as usize, word(bytes, 48) as usize);
+    let first = TABLE_HEADER as usize + blocks * 64;
+    assert_eq!(bytes.len(), first + pages * page_size, "table length");
+    let mut entries = Vec::new();
+    for page in bytes[first..].chunks(page_size) {
+        assert_eq!(crc32c(&page[4..]).to_le_bytes(), page[..4], "page CRC");
+        let mut at = 8;
+        for _ in 0..u16::from_le_bytes([page[5], page[6]]) {
+            let len = usize::from(u16::from_le_bytes([page[at], page[at + 1]]));
+            entries.push((
+                page[at + 2..at + 2 + len].to_vec(),
+                word(page, at + 2 + len),
+            ));
+            at += len + 10;
+        }
+    }
+    entries.sort();
+    assert_eq!(entries.len() as u64, word(bytes, 32), "count");
+    (bytes[..40].to_vec(), entries)
+}
+
+/// CRC-32C (Castagnoli), bitwise: independent of the crate the code uses.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Everything a `fmt` subscriber writes, kept for the test to read.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `work` with a subscriber on this thread and returns what it
+/// logged at INFO and above.
+pub fn captured(work: impl FnOnce()) -> String {
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, work);
+    out.text()
+}
+
+/// Every event at DEBUG and above of this test process, from a global
+/// subscriber set on first use. For events that other tests running at
+/// the same time also cause: a scoped subscriber (`captured`) can miss an
+/// event whose callsite another thread registers meanwhile, a global one
+/// cannot. Callers pick their own lines (e.g. by their temporary
+/// directory, which the embedded log's events name).
+pub fn global_log() -> &'static Captured {
+    static LOG: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test process");
+        out
+    })
 }

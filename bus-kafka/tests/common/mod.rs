@@ -1,6 +1,8 @@
-//! Shared by the broker tests: where the broker is, raw clients around the bus.
+//! Shared by the broker tests: where the broker is, raw clients around the
+//! bus, the conformance suite's harness (`harness`).
 #![allow(dead_code)]
 
+pub mod harness;
 pub mod own;
 
 use std::time::Duration;

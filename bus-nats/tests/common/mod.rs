@@ -1,6 +1,9 @@
 //! A nats-server of the test's own, for the tests that stop it or give it
-//! a configuration of their own.
+//! a configuration of their own; raw clients beside the bus; the
+//! conformance suite's harness (`harness`).
 #![allow(dead_code)]
+
+pub mod harness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

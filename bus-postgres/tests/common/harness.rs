@@ -24,18 +24,13 @@ impl Harness for Postgres {
 
     fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable> {
         let url = bus_conformance::brokers::postgres_url()?;
-        let id = uuid::Uuid::new_v4().simple().to_string();
         let options = PostgresOptions::from_url(&url)
             .map_err(|error| Unavailable(format!("BUS_POSTGRES_URL: {error}")))?
-            .schema(format!("bt_{}", &id[..12]));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|error| Unavailable(format!("runtime: {error}")))?;
+            .schema(format!("bt_{}", bus_conformance::namespace_id(12)));
         Ok(Box::new(PostgresNamespace {
             through_async: self.through_async,
             options,
-            runtime,
+            runtime: bus_conformance::current_thread_runtime()?,
         }))
     }
 }
