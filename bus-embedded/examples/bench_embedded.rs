@@ -119,6 +119,21 @@ fn parse_rate(budget: Duration) -> f64 {
     rate(n, start.elapsed())
 }
 
+/// `serde_json::to_vec` of the bench's events (built as `Value`s first)
+/// for about `budget`: records/s. What a publish must at least do per
+/// record (the trait takes a `Value`; the log stores its bytes).
+fn serialize_rate(budget: Duration) -> f64 {
+    let events: Vec<Value> = (0..10_000u64).map(event).collect();
+    let (start, mut n) = (Instant::now(), 0u64);
+    while start.elapsed() < budget {
+        for value in &events {
+            std::hint::black_box(serde_json::to_vec(value).unwrap());
+        }
+        n += events.len() as u64;
+    }
+    rate(n, start.elapsed())
+}
+
 fn provision(bus: &dyn EventBus, name: &str) {
     bus.provision(&Manifest::new([TopicSpec::new(name, 1)]))
         .unwrap();
@@ -156,8 +171,30 @@ fn fill(bus: &dyn EventBus, topic: &str, records: u64) -> Duration {
         let start = Instant::now();
         bus.publish_batch(topic, &batch).unwrap();
         spent += start.elapsed();
+        if stages() && i % 1_000_000 == 0 {
+            eprintln!(
+                "stage: {i} records written: RssAnon {:.1} MiB, VmRSS {:.1} MiB",
+                status_mib("RssAnon"),
+                status_mib("VmRSS")
+            );
+        }
     }
     spent
+}
+
+/// `BENCH_STAGES=1`: RssAnon and VmRSS on stderr at stages of the run.
+fn stages() -> bool {
+    std::env::var_os("BENCH_STAGES").is_some()
+}
+
+fn stage(what: &str) {
+    if stages() {
+        eprintln!(
+            "stage: {what}: RssAnon {:.1} MiB, VmRSS {:.1} MiB",
+            status_mib("RssAnon"),
+            status_mib("VmRSS")
+        );
+    }
 }
 
 fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (f64, f64) {
@@ -348,6 +385,33 @@ fn main() {
     let budget = Duration::from_secs(2);
     let mut rows = Vec::new();
 
+    stage("start");
+    if std::env::var_os("BENCH_REPLAY_ONLY").is_some() {
+        // For a profiler: the fill, then replays and parses only.
+        let bus = EmbeddedBus::open(dir).unwrap();
+        provision(&bus, "big");
+        fill(&bus, "big", records);
+        let mut ratios = Vec::new();
+        for _ in 0..5 {
+            let start = Instant::now();
+            let mut offset = 0;
+            loop {
+                let page = bus.fetch("big", 0, offset, 1000).unwrap();
+                let Some(last) = page.last() else { break };
+                offset = last.offset + 1;
+            }
+            let replay = rate(records, start.elapsed());
+            let parse = parse_rate(Duration::from_millis(500));
+            println!(
+                "replay {replay:.0} rec/s, parse {parse:.0} rec/s, ratio {:.2}",
+                replay / parse
+            );
+            ratios.push(replay / parse);
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!("median ratio {:.2}", ratios[ratios.len() / 2]);
+        return;
+    }
     let bus = EmbeddedBus::open(dir).unwrap();
     let fsync = bare_fsync_rate(dir, budget);
     provision(&bus, "one");
@@ -362,6 +426,7 @@ fn main() {
         target: ">= 0.7",
     });
 
+    stage("after 1 publisher");
     provision(&bus, "many");
     let start = Instant::now();
     let total: u64 = std::thread::scope(|scope| {
@@ -383,13 +448,20 @@ fn main() {
         target: ">= 8",
     });
 
+    stage("after 16 publishers");
     provision(&bus, "small");
     fill(&bus, "small", 1_000);
     let append = bare_append_bandwidth(dir, budget);
+    stage("before the big fill");
     provision(&bus, "big");
     let took = fill(&bus, "big", records);
     let rss = status_mib("VmRSS");
     let rss_anon = status_mib("RssAnon");
+    if std::env::var_os("BENCH_EXIT_AFTER_FILL").is_some() {
+        // What is still allocated here shows as leaked in a heap profiler.
+        stage("after the big fill");
+        std::process::exit(0);
+    }
     let (sqlite_insert, sqlite_replay, sqlite_fetch, sqlite_find) = sqlite_reference(dir, records);
     let batch = rate(records, took);
     rows.push(Row {
@@ -399,6 +471,23 @@ fn main() {
         reference: Some(("SQLite 1000/transaction", sqlite_insert)),
         ratio: Some(batch / sqlite_insert),
         target: ">= 200000",
+    });
+    let serialize = serialize_rate(budget);
+    rows.push(Row {
+        name: "batch publish 1000/call, Sync",
+        value: batch,
+        unit: "rec/s",
+        reference: Some(("serde_json Value to bytes", serialize)),
+        ratio: Some(batch / serialize),
+        target: "-",
+    });
+    rows.push(Row {
+        name: "serde_json serialize payload",
+        value: serialize * payload_bytes(records) / 1e6,
+        unit: "MB/s",
+        reference: Some(("1 MiB write+fdatasync", append)),
+        ratio: Some(serialize * payload_bytes(records) / 1e6 / append),
+        target: "-",
     });
     let payload = batch * payload_bytes(records) / 1e6;
     rows.push(Row {
@@ -439,6 +528,13 @@ fn main() {
 
     let (fetch_small, find_small) = latencies(&bus, "small", 1_000);
     let (fetch_big, find_big) = latencies(&bus, "big", records);
+    if stages() {
+        eprintln!(
+            "stage: after fetch and find: RssAnon {:.1} MiB, VmRSS {:.1} MiB",
+            status_mib("RssAnon"),
+            status_mib("VmRSS")
+        );
+    }
     rows.push(Row {
         name: "fetch(random, 1) median at N records",
         value: fetch_big,

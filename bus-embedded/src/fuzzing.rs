@@ -298,15 +298,17 @@ impl FuzzUidIndex {
     }
 }
 
-/// Encodes the UID table of the segment `base..end` of `log_len` bytes
-/// (`None`: a UID too long for a page).
+/// Encodes the UID table of the segment `base..end` of `log_len` bytes,
+/// its pages placed by SipHash under `key` (`None`: a UID too long for a
+/// page).
 pub fn encode_uid_table(
+    key: (u64, u64),
     base: u64,
     end: u64,
     log_len: u64,
     uids: &[(String, u64)],
 ) -> Option<Vec<u8>> {
-    crate::uidtable::encode(base, end, log_len, uids)
+    crate::uidtable::encode(crate::keyed::Key(key.0, key.1), base, end, log_len, uids)
 }
 
 /// A loaded UID table (see `uidtable::Table`).

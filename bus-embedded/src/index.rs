@@ -75,6 +75,37 @@ impl UidIndex {
         all
     }
 
+    /// An empty index with room for `uids` UIDs without regrowing.
+    pub fn with_capacity(uids: usize) -> Self {
+        let mut out = Self::default();
+        out.first.reserve(uids);
+        out
+    }
+
+    /// Empties it, keeping the table's memory.
+    pub fn clear(&mut self) {
+        self.first.clear();
+        self.more = HashMap::new();
+    }
+
+    /// Every `(uid, offset)` held, by offset: the active segment's UIDs
+    /// when it is sealed or closed (so the writer keeps no second list).
+    pub fn entries(&self) -> Vec<(String, u64)> {
+        let more: usize = self.more.values().map(Vec::len).sum();
+        let mut out = Vec::with_capacity(self.first.len() + more);
+        for (uid, offset) in self.first.iter() {
+            // Stored UIDs come from strings, so they are UTF-8.
+            if let Ok(uid) = std::str::from_utf8(uid) {
+                out.push((uid.to_owned(), offset));
+            }
+        }
+        for (uid, rest) in &self.more {
+            out.extend(rest.iter().map(|&offset| (uid.clone(), offset)));
+        }
+        out.sort_unstable_by_key(|&(_, offset)| offset);
+        out
+    }
+
     /// Forgets the offsets below `start` (deleted by retention).
     pub fn retain_from(&mut self, start: u64) {
         let Self { first, more } = self;

@@ -34,7 +34,7 @@
 //! DIR/topics/<name>/p0000/<base:020>.uids    UID table of a sealed segment (`uidtable`)
 //! DIR/topics/<name>/p0000/<base:020>.cidx    the active segment's index at a clean close
 //! DIR/topics/<name>/p0000/<base:020>.cuids   the active segment's UID table at a clean close
-//! DIR/topics/<name>/p0000/uid-locator        which sealed segments hold a UID (`locator`), at a clean close
+//! DIR/topics/<name>/p0000/uid-locator        which sealed segments hold a UID (`locator`), rewritten per seal, synced at a clean close
 //! DIR/topics/<name>/p0000/acked              acked end, for read-only opens
 //! DIR/topics/<name>/p0000/recovery-point     how far the log is known complete
 //! ```
@@ -51,6 +51,7 @@ mod fsutil;
 pub mod fuzzing;
 mod index;
 mod inner;
+mod keyed;
 mod locator;
 mod lookup;
 mod notifier;

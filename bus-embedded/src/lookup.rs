@@ -3,12 +3,11 @@
 //! date as segments seal.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bus_core::BusError;
-use bus_core::sync::{lock, write};
+use bus_core::sync::lock;
 
-use crate::locator::{CATCH_UP, FILE, Locator, Rebuild, SLOTS, SegmentId};
+use crate::locator::{CATCH_UP, FILE, Locator, Merged, SLOTS, SegmentId, Unfit};
 use crate::partition::{Partition, SegmentMeta};
 use crate::uidtable::SealedUids;
 
@@ -37,7 +36,14 @@ pub(crate) fn probes(
     match locator {
         None => out.extend((0..active).map(|i| (i, true))),
         Some(locator) => {
-            let candidates = locator.candidates(locator.hash(uid.as_bytes()));
+            let Ok(candidates) = locator.candidates(locator.hash(uid.as_bytes())) else {
+                // Its file unreadable: every sealed segment's filter answers.
+                out.extend((0..active).map(|i| (i, true)));
+                if segments[active].uids.is_some() {
+                    out.push((active, true));
+                }
+                return out;
+            };
             let first = sealed.first().map_or(u64::MAX, |s| s.base);
             let mut all_covered =
                 locator.covered_between(first, segments[active].base) == sealed.len();
@@ -111,13 +117,21 @@ impl Partition {
     /// up to date, or one built from their tables. Whether the file holds it.
     fn load_locator(&self) -> Result<(Locator, bool), BusError> {
         let sealed = self.sealed();
-        let stored = crate::index::read_hint(&self.dir.join(FILE));
-        let why = match stored.as_deref().map(Locator::decode) {
-            None => "missing",
-            Some(None) => "damaged",
-            Some(Some(mut locator)) => {
+        let why = match Locator::load(&self.dir.join(FILE)) {
+            Err(why) => why,
+            Ok(mut locator) => {
                 let first = sealed.first().map_or(u64::MAX, |(id, _)| id.base);
-                let forgot = locator.forget_below(first);
+                let forgot = match locator.forget_below(first) {
+                    Ok(Some(fewer)) => {
+                        locator = fewer;
+                        true
+                    }
+                    Ok(None) => false,
+                    Err(Unfit::Rebuild) => {
+                        return Ok((self.build_locator(&sealed)?, false));
+                    }
+                    Err(Unfit::Io(error)) => return Err(error.into()),
+                };
                 // Every segment it covers is a sealed one, as it was then.
                 let consistent = locator.covered().all(|base| {
                     sealed
@@ -165,8 +179,10 @@ impl Partition {
         }
         let added = !missing.is_empty();
         for (id, uids) in missing {
-            if locator.add_segment(*id, &uids.entries()?, first).is_err() {
-                return Ok(None);
+            match locator.with_segment(*id, &uids.entries()?, first) {
+                Ok(next) => locator = next,
+                Err(Unfit::Rebuild) => return Ok(None),
+                Err(Unfit::Io(error)) => return Err(error.into()),
             }
         }
         Ok(Some((locator, added)))
@@ -174,42 +190,47 @@ impl Partition {
 
     fn build_locator(&self, sealed: &[(SegmentId, Arc<SealedUids>)]) -> Result<Locator, BusError> {
         let ids: Vec<SegmentId> = sealed.iter().map(|(id, _)| *id).collect();
-        Locator::build(&ids, |i| sealed[i].1.entries())
+        Locator::build(&self.dir.join(FILE), &ids, |i| sealed[i].1.entries())
     }
 
     /// Covers the segment `id` holding `uids`, just sealed and listed as
-    /// such, when the locator is loaded (otherwise its load will). In
-    /// place, under the lock: lookups wait for the merge (a few ms per
-    /// million UIDs) rather than memory holding two copies. Rebuilt from
-    /// the tables when due, with any sealed segment it lacks (sealed while
-    /// it was loading) added.
+    /// such, when the locator is loaded (otherwise its load will). A new
+    /// file is written from the current one's and the segment's entries
+    /// while lookups go on with the current one (asking the new segment
+    /// through its filter meanwhile). Rebuilt from the tables when due,
+    /// with any sealed segment it lacks (sealed while it was loading) added.
     pub(crate) fn cover_sealed(&self, id: SegmentId, uids: &[(String, u64)]) {
+        let _writing = lock(&self.locator.loading);
+        let Some(current) = self.locator.get() else {
+            return;
+        };
         let (first, sealed_count) = {
             let read = self.reader();
             let first = read.segments.first().map_or(u64::MAX, |s| s.base);
             (first, read.segments.len().saturating_sub(1))
         };
-        let mut current = write(&self.locator.current);
-        let Some(locator) = current.as_mut() else {
-            return;
-        };
-        self.locator.persisted.store(false, Ordering::Release);
-        let locator = Arc::make_mut(locator);
-        let added = locator.add_segment(id, uids, first);
-        let complete = added.is_ok() && locator.covered().count() >= sealed_count.min(SLOTS);
-        let next = (!complete).then(|| locator.clone());
+        let merged = current.merge_segment(id, uids, first);
         drop(current);
-        let Some(next) = next else {
-            return;
+        let next = match merged {
+            Ok(Merged::New(next)) => Ok(self.locator.set(next, false)),
+            Ok(Merged::Update(update)) => self.locator.apply(update).ok_or(Unfit::Rebuild),
+            Err(unfit) => Err(unfit),
         };
-        let sealed = self.sealed();
-        let result = match added {
-            Ok(()) => match self.catch_up(next, &sealed) {
-                Ok(Some((next, _))) => Ok(next),
-                Ok(None) => self.build_locator(&sealed),
-                Err(error) => Err(error),
-            },
-            Err(Rebuild) => self.build_locator(&sealed),
+        let result = match next {
+            Ok(next) if next.covered().count() >= sealed_count.min(SLOTS) => return,
+            Ok(next) => {
+                let sealed = self.sealed();
+                match next.try_clone() {
+                    Ok(copy) => match self.catch_up(copy, &sealed) {
+                        Ok(Some((next, _))) => Ok(next),
+                        Ok(None) => self.build_locator(&sealed),
+                        Err(error) => Err(error),
+                    },
+                    Err(error) => Err(error.into()),
+                }
+            }
+            Err(Unfit::Rebuild) => self.build_locator(&self.sealed()),
+            Err(Unfit::Io(error)) => Err(error.into()),
         };
         match result {
             Ok(next) => {

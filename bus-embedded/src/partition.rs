@@ -176,10 +176,10 @@ pub(crate) struct WriterState {
     /// Offset the next record gets.
     pub next: u64,
     pub last_indexed: Option<u64>,
-    /// `(uid, offset)` of the active segment, persisted when it is sealed.
-    pub active_uids: Vec<(String, u64)>,
     /// The UIDs of the active segment's first bytes, when open took them
-    /// from the table written at a clean close (not in `active_uids`).
+    /// from the table written at a clean close (not in [`ReadState::uids`],
+    /// which holds the rest of the active segment's; both are persisted
+    /// when it is sealed).
     pub active_prefix: Option<Arc<crate::uidtable::SealedUids>>,
     /// Bytes of the active segment its hint files on disk cover (written
     /// at a clean close), if any.
@@ -829,7 +829,6 @@ impl Partition {
                 writer.last_indexed = Some(frame_pos);
             }
         }
-        writer.active_uids.extend(new_uids.iter().cloned());
         if extended && let Err(error) = self.store_point(writer) {
             // The frame is durable; only the recovery point stays behind.
             tracing::warn!(
@@ -931,13 +930,12 @@ impl Drop for Partition {
                 let _ = thread.join();
             }
         }
-        let active_index = self
+        let read = self
             .read
             .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .segments
-            .last()
-            .map(|s| s.index.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let active_index = read.segments.last().map(|s| s.index.clone());
+        let active_uids = &read.uids;
         let writer = self
             .writer
             .get_mut()
@@ -975,7 +973,7 @@ impl Drop for Partition {
         // segment and the recovery point says so).
         if writer.recovery_point == writer.durable_point()
             && writer.hinted_len != Some(writer.pos)
-            && let Err(error) = store_active_hints(&self.dir, active_index, writer)
+            && let Err(error) = store_active_hints(&self.dir, active_index, active_uids, writer)
         {
             tracing::warn!(
                 topic = %self.topic,
@@ -984,13 +982,13 @@ impl Drop for Partition {
                 "active segment's index not saved at close (the next open reads the segment)"
             );
         }
-        // The UID locator, so the next open's first lookup reads it back
-        // instead of every table (one covering no segment is built for
-        // free: not worth an fsync per partition).
+        // The UID locator's file (rewritten as it changed), synced so the
+        // next open's first lookup reads it back instead of every table
+        // (one covering no segment is built for free: not worth an fsync
+        // per partition).
         if let Some(locator) = self.locator.unpersisted()
             && locator.covered().next().is_some()
-            && let Err(error) =
-                crate::fsutil::write_atomic(&self.dir.join(crate::locator::FILE), &locator.encode())
+            && let Err(error) = locator.sync()
         {
             tracing::warn!(
                 topic = %self.topic,
@@ -1006,17 +1004,20 @@ impl Drop for Partition {
 fn store_active_hints(
     dir: &std::path::Path,
     index: Option<SegmentIndex>,
+    active_uids: &UidIndex,
     writer: &WriterState,
 ) -> Result<(), BusError> {
     let Some(index) = index.filter(|i| i.len == writer.pos && i.end == writer.next) else {
         return Ok(());
     };
-    let mut uids = match &writer.active_prefix {
-        Some(prefix) => prefix.entries()?,
-        None => Vec::new(),
-    };
-    uids.extend(writer.active_uids.iter().cloned());
-    let Some(table) = crate::uidtable::encode(writer.base, index.end, index.len, &uids) else {
+    let uids = writer.active_list(active_uids)?;
+    let Some(table) = crate::uidtable::encode(
+        crate::keyed::Key::random(),
+        writer.base,
+        index.end,
+        index.len,
+        &uids,
+    ) else {
         return Ok(());
     };
     let path = |ext| crate::segment::path(dir, writer.base, ext);
@@ -1117,6 +1118,18 @@ impl Partition {
 }
 
 impl WriterState {
+    /// Every `(uid, offset)` of the active segment, by offset, to seal it
+    /// or to store it at a clean close: the prefix table's, if any, then
+    /// `rest` (the partition's [`ReadState::uids`]).
+    pub(crate) fn active_list(&self, rest: &UidIndex) -> Result<Vec<(String, u64)>, BusError> {
+        let mut uids = match &self.active_prefix {
+            Some(prefix) => prefix.entries()?,
+            None => Vec::new(),
+        };
+        uids.append(&mut rest.entries());
+        Ok(uids)
+    }
+
     /// What the writer has made durable: everything it wrote, unless
     /// bytes written under `Durability::Interval` are still unsynced.
     pub(crate) fn durable_point(&self) -> Option<RecoveryPoint> {

@@ -40,7 +40,6 @@ pub(crate) fn open_partition(
         pos: 0,
         next: 0,
         last_indexed: None,
-        active_uids: Vec::new(),
         active_prefix: None,
         hinted_len: None,
         poisoned: Some(Poison::note(READ_ONLY)),

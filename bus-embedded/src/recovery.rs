@@ -115,7 +115,6 @@ pub(crate) fn open_partition(
             pos: known.len,
             next: known.next,
             last_indexed: index.entries.last().map(|&(_, pos)| pos),
-            active_uids: Vec::new(),
             active_prefix: Some(Arc::clone(&uids)),
             hinted_len: Some(known.len),
             poisoned: None,
@@ -137,7 +136,7 @@ pub(crate) fn open_partition(
             read,
         ));
     }
-    let scan = segment::scan_to_mark(
+    let mut scan = segment::scan_to_mark(
         &file,
         base,
         options.index_interval_bytes,
@@ -222,8 +221,9 @@ pub(crate) fn open_partition(
         checkpoint::write(&dir, &recovered)?;
     }
     let file = Arc::new(file);
-    for (uid, offset) in &scan.uids {
-        read.uids.push(uid.clone(), *offset);
+    read.uids = crate::index::UidIndex::with_capacity(scan.uids.len());
+    for (uid, offset) in std::mem::take(&mut scan.uids) {
+        read.uids.push(uid, offset);
     }
     let writer = WriterState {
         file: Arc::clone(&file),
@@ -231,7 +231,6 @@ pub(crate) fn open_partition(
         pos: scan.valid_len,
         next: scan.end,
         last_indexed: scan.index.last().map(|&(_, pos)| pos),
-        active_uids: scan.uids.clone(),
         active_prefix: None,
         hinted_len: None,
         poisoned: None,

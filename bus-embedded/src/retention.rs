@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::index::{self, SegmentIndex, UidIndex};
+use crate::index::{self, SegmentIndex};
 use crate::partition::{Partition, SegmentMeta, WriterState};
 use crate::poison::Poison;
 use crate::recovery::create_segment;
@@ -74,7 +74,9 @@ impl Partition {
                 .map_err(|e| Poison::io(&format!("sealing segment {base}"), e))
         };
         seal(IDX, index::encode_index(base, &sealed))?;
-        let list = writer.sealed_uids().map_err(Poison::note)?;
+        let list = writer
+            .active_list(&self.reader().uids)
+            .map_err(|e| Poison::bus(&format!("sealing segment {base}"), e))?;
         let id = crate::locator::SegmentId {
             base,
             end: sealed.end,
@@ -95,9 +97,15 @@ impl Partition {
             if let Some(active) = read.segments.last_mut() {
                 active.file = None;
                 active.uids = Some(Arc::new(uids));
+                // Sealed: the index grows no more (no spare capacity kept
+                // per segment for the log's life).
+                active.index.entries.shrink_to_fit();
             }
-            // The sealed segment's UIDs are in its table now.
-            read.uids = UidIndex::default();
+            // The sealed segment's UIDs are in its table now. The map keeps
+            // its memory for the next segment, which will hold about as
+            // many: freeing and regrowing it per segment left the heap
+            // holding the freed copies (RssAnon).
+            read.uids.clear();
             read.segments.push(SegmentMeta {
                 base: next,
                 path: segment::path(&self.dir, next, LOG),
@@ -117,7 +125,6 @@ impl Partition {
         writer.pos = 0;
         writer.allocated = 0;
         writer.last_indexed = None;
-        writer.active_uids.clear();
         writer.active_prefix = None;
         // The sealed segments are complete; so is the new one, empty.
         self.store_point(writer)
@@ -200,19 +207,5 @@ impl Partition {
         }
         writer.dirty = false;
         Ok(())
-    }
-}
-
-impl WriterState {
-    /// Every `(uid, offset)` of the active segment, to seal it.
-    fn sealed_uids(&mut self) -> Result<Vec<(String, u64)>, String> {
-        let mut uids = match &self.active_prefix {
-            Some(prefix) => prefix
-                .entries()
-                .map_err(|e| format!("sealing segment {}: {e}", self.base))?,
-            None => Vec::new(),
-        };
-        uids.append(&mut self.active_uids);
-        Ok(uids)
     }
 }

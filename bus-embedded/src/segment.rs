@@ -78,6 +78,32 @@ impl<'f> FrameReader<'f> {
         }
     }
 
+    /// A reader that reads into `buf` (its bytes discarded, its memory
+    /// kept): a caller reading often passes the buffer of its last read,
+    /// so a read allocates nothing.
+    pub fn with_buffer(
+        file: &'f File,
+        pos: u64,
+        end: u64,
+        read_ahead: usize,
+        mut buf: Vec<u8>,
+    ) -> Self {
+        buf.clear();
+        Self {
+            file,
+            pos,
+            end,
+            buf,
+            buf_start: pos,
+            read_ahead,
+        }
+    }
+
+    /// The buffer, for the next reader.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
+
     /// Position of the next frame.
     pub fn pos(&self) -> u64 {
         self.pos

@@ -142,6 +142,22 @@ impl UidMap {
         None
     }
 
+    /// Every `(uid, offset)` held, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], u64)> + '_ {
+        self.slots
+            .iter()
+            .filter(|slot| slot.len != 0)
+            .map(|slot| (&slot.bytes[..usize::from(slot.len)], slot.offset))
+            .chain(self.spill.iter().map(|(uid, &offset)| (&uid[..], offset)))
+    }
+
+    /// Empties the map, keeping its table's memory.
+    pub fn clear(&mut self) {
+        self.slots.fill(EMPTY);
+        self.len = 0;
+        self.spill = HashMap::new();
+    }
+
     /// Makes room for `additional` more UIDs without regrowing (load at
     /// most 3/4, where linear probing still reads a slot or two).
     pub fn reserve(&mut self, additional: usize) {

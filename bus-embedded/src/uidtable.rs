@@ -14,10 +14,11 @@
 //! is missing, cut, damaged or stale is rebuilt from the segment.
 //!
 //! ```text
-//! header  72 bytes: "BUT1", page size u32, base, end, log_len, count,
+//! header  88 bytes: "BUT2", page size u32, base, end, log_len, count,
 //!         pages, filter blocks, home pages (u64 each: the first `home
 //!         pages` are where UIDs' home pages are picked; pages past them
-//!         hold only what overflowed), filter CRC u32, header CRC u32
+//!         hold only what overflowed), hash key (2 × u64), filter CRC
+//!         u32, header CRC u32
 //! filter  filter blocks × 64 bytes
 //! pages   pages × page size: CRC u32 (of the rest of the page), flags u8
 //!         (bit 0: a UID whose home is this page or an earlier one went
@@ -25,9 +26,17 @@
 //!         (UID length u16, UID bytes, offset u64) and zeros
 //! ```
 //!
-//! A UID's home page is picked by the top bits of [`hash`]; a lookup reads
-//! pages from there while they are flagged as overflowed. The format
-//! depends on that hash: changing it means a new magic.
+//! A UID's home page and filter bits are picked by its SipHash under the
+//! table's own random key ([`Key`], drawn each time a table is written),
+//! so UIDs cannot be chosen to pile into one page chain (HashDoS); a
+//! lookup reads pages from the home page while they are flagged as
+//! overflowed. The format depends on that hash: changing it means a new
+//! magic.
+//!
+//! Tables of the first format ("BUT1", a 72-byte header without a key,
+//! pages placed by unkeyed FNV) are still read whole, checked as strictly,
+//! and rewritten in this format the first time a lookup needs them; they
+//! are never looked up by hash.
 
 use bus_core::sync::{read, write};
 use std::fs::File;
@@ -39,12 +48,16 @@ use bus_core::BusError;
 
 use crate::fsutil;
 use crate::index::UidIndex;
+use crate::keyed::Key;
 use crate::options::Options;
 use crate::segment::{self, LOG, UIDS};
 
-const MAGIC: &[u8; 4] = b"BUT1";
+const MAGIC: &[u8; 4] = b"BUT2";
 /// Header bytes.
-pub(crate) const HEADER: usize = 72;
+pub(crate) const HEADER: usize = 88;
+/// The first format's magic and header bytes (no key).
+const MAGIC_V1: &[u8; 4] = b"BUT1";
+const HEADER_V1: usize = 72;
 /// Bytes before a page's entries.
 const PAGE_HEAD: usize = 8;
 /// Bytes of an entry besides its UID.
@@ -60,18 +73,6 @@ const FILL_PERCENT: usize = 70;
 /// Page sizes tried, smallest first: the smallest that holds the longest
 /// entry (a UID of up to `bus_core::MAX_UID_BYTES` fits the largest).
 const PAGE_SIZES: [usize; 3] = [512, 1024, 4096];
-
-/// FNV-1a, then a multiply-xorshift finish (as the in-memory map does).
-pub(crate) fn hash(uid: &[u8]) -> u64 {
-    use std::hash::Hasher as _;
-    let mut fnv = fnv::FnvHasher::default();
-    fnv.write(uid);
-    let mut h = fnv.finish();
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h
-}
 
 /// `h` scaled to `0..n`.
 fn scale(h: u64, n: u64) -> u64 {
@@ -103,19 +104,31 @@ pub(crate) struct Header {
     /// Pages a UID's home is picked among (the first ones).
     pub home_pages: u64,
     pub blocks: u64,
+    /// The key pages and filter bits are placed by; `None`: a table of the
+    /// first format, read whole only.
+    pub key: Option<Key>,
     filter_crc: u32,
 }
 
 impl Header {
     /// Bytes of the whole file.
+    /// Header bytes of this table's format.
+    fn head_len(&self) -> u64 {
+        if self.key.is_some() {
+            HEADER as u64
+        } else {
+            HEADER_V1 as u64
+        }
+    }
+
     fn file_len(&self) -> Option<u64> {
         let filter = self.blocks.checked_mul(BLOCK as u64)?;
         let pages = self.pages.checked_mul(self.page_size as u64)?;
-        (HEADER as u64).checked_add(filter)?.checked_add(pages)
+        self.head_len().checked_add(filter)?.checked_add(pages)
     }
 
     fn page_at(&self, page: u64) -> u64 {
-        HEADER as u64 + self.blocks * BLOCK as u64 + page * self.page_size as u64
+        self.head_len() + self.blocks * BLOCK as u64 + page * self.page_size as u64
     }
 }
 
@@ -128,9 +141,16 @@ fn word32(bytes: &[u8], at: usize) -> Option<u32> {
 }
 
 /// Encodes the table of a segment `base..end` of `log_len` bytes holding
-/// `uids` (in log order; a UID may repeat). `None` when a UID is too long
+/// `uids` (in log order; a UID may repeat), placed by `key` (a fresh
+/// [`Key::random`] for every table written). `None` when a UID is too long
 /// for any page (only a foreign writer stores one): keep those in memory.
-pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) -> Option<Vec<u8>> {
+pub(crate) fn encode(
+    key: Key,
+    base: u64,
+    end: u64,
+    log_len: u64,
+    uids: &[(String, u64)],
+) -> Option<Vec<u8>> {
     let longest = uids.iter().map(|(u, _)| u.len()).max().unwrap_or(0);
     let page_size = *PAGE_SIZES
         .iter()
@@ -140,7 +160,10 @@ pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) 
     let pages = (bytes * 100).div_ceil(payload * FILL_PERCENT).max(1);
     let blocks = (uids.len() * BITS_PER_UID).div_ceil(BLOCK * 8).max(1);
     let mut filter = vec![0u8; blocks * BLOCK];
-    let hashes: Vec<u64> = uids.iter().map(|(uid, _)| hash(uid.as_bytes())).collect();
+    let hashes: Vec<u64> = uids
+        .iter()
+        .map(|(uid, _)| key.hash(uid.as_bytes()))
+        .collect();
     for &h in &hashes {
         let (block, bits) = filter_bits(h, blocks as u64);
         let block = usize::try_from(block).ok()? * BLOCK;
@@ -168,6 +191,7 @@ pub(crate) fn encode(base: u64, end: u64, log_len: u64, uids: &[(String, u64)]) 
         pages: laid.len() as u64,
         home_pages: pages as u64,
         blocks: blocks as u64,
+        key: Some(key),
         filter_crc: crc32c::crc32c(&filter),
     };
     let mut out = Vec::with_capacity(usize::try_from(header.file_len()?).ok()?);
@@ -238,14 +262,18 @@ fn encode_header(header: &Header) -> [u8; HEADER] {
     for (i, w) in words.iter().enumerate() {
         out[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
     }
-    out[64..68].copy_from_slice(&header.filter_crc.to_le_bytes());
-    let crc = crc32c::crc32c(&out[..68]);
-    out[68..72].copy_from_slice(&crc.to_le_bytes());
+    let key = header.key.unwrap_or(Key(0, 0));
+    out[64..72].copy_from_slice(&key.0.to_le_bytes());
+    out[72..80].copy_from_slice(&key.1.to_le_bytes());
+    out[80..84].copy_from_slice(&header.filter_crc.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..84]);
+    out[84..88].copy_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// Decodes a header, checking it against the segment `base..end` of
-/// `log_len` bytes and the file's length; `None` when it does not fit.
+/// Decodes a header (of either format), checking it against the segment
+/// `base..end` of `log_len` bytes and the file's length; `None` when it
+/// does not fit.
 pub(crate) fn decode_header(
     bytes: &[u8],
     base: u64,
@@ -253,10 +281,24 @@ pub(crate) fn decode_header(
     log_len: u64,
     file_len: u64,
 ) -> Option<Header> {
-    let bytes = bytes.get(..HEADER)?;
-    if !bytes.starts_with(MAGIC) || crc32c::crc32c(&bytes[..68]) != word32(bytes, 68)? {
+    let (key, filter_crc) = if bytes.starts_with(MAGIC) {
+        let bytes = bytes.get(..HEADER)?;
+        if crc32c::crc32c(&bytes[..84]) != word32(bytes, 84)? {
+            return None;
+        }
+        (
+            Some(Key(word(bytes, 64)?, word(bytes, 72)?)),
+            word32(bytes, 80)?,
+        )
+    } else if bytes.starts_with(MAGIC_V1) {
+        let bytes = bytes.get(..HEADER_V1)?;
+        if crc32c::crc32c(&bytes[..68]) != word32(bytes, 68)? {
+            return None;
+        }
+        (None, word32(bytes, 64)?)
+    } else {
         return None;
-    }
+    };
     let page_size = usize::try_from(word32(bytes, 4)?).ok()?;
     let header = Header {
         page_size,
@@ -267,7 +309,8 @@ pub(crate) fn decode_header(
         pages: word(bytes, 40)?,
         blocks: word(bytes, 48)?,
         home_pages: word(bytes, 56)?,
-        filter_crc: word32(bytes, 64)?,
+        key,
+        filter_crc,
     };
     let fits = PAGE_SIZES.contains(&page_size)
         && (header.base, header.end, header.log_len) == (base, end, log_len)
@@ -278,6 +321,19 @@ pub(crate) fn decode_header(
         && header.count <= end - base
         && header.file_len() == Some(file_len);
     fits.then_some(header)
+}
+
+/// Reads the start of a table file into `head`: a whole header of either
+/// format, or as much as a shorter file has. Returns the bytes read.
+fn read_head(file: &File, head: &mut [u8; HEADER]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < HEADER {
+        match file.read_at(&mut head[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
 }
 
 /// Why a table cannot answer: rebuild it from the segment.
@@ -303,12 +359,13 @@ impl From<std::io::Error> for Unfit {
 pub(crate) struct Filter {
     words: Vec<u64>,
     blocks: u64,
+    key: Key,
 }
 
 impl Filter {
-    /// Whether the UID of hash `h` may be in the table (false: surely not).
-    pub fn may_hold(&self, h: u64) -> bool {
-        let (block, bits) = filter_bits(h, self.blocks);
+    /// Whether `uid` may be in the table (false: surely not).
+    pub fn may_hold(&self, uid: &[u8]) -> bool {
+        let (block, bits) = filter_bits(self.key.hash(uid), self.blocks);
         let Ok(block) = usize::try_from(block) else {
             return false;
         };
@@ -335,8 +392,9 @@ impl Table {
     pub fn load(file: File, base: u64, end: u64, log_len: u64) -> Result<Self, Unfit> {
         let file_len = file.metadata()?.len();
         let mut head = [0u8; HEADER];
-        file.read_exact_at(&mut head, 0)?;
-        let header = decode_header(&head, base, end, log_len, file_len)
+        let got = read_head(&file, &mut head)?;
+        let head = &head[..got];
+        let header = decode_header(head, base, end, log_len, file_len)
             .ok_or_else(|| Unfit::Damaged("header does not match the segment".to_owned()))?;
         Ok(Self {
             file,
@@ -353,7 +411,8 @@ impl Table {
         let blocks =
             usize::try_from(self.header.blocks).map_err(|_| Unfit::Damaged("size".into()))?;
         let mut bytes = vec![0u8; blocks * BLOCK];
-        self.file.read_exact_at(&mut bytes, HEADER as u64)?;
+        self.file
+            .read_exact_at(&mut bytes, self.header.head_len())?;
         if crc32c::crc32c(&bytes) != self.header.filter_crc {
             return Err(Unfit::Damaged("filter checksum".to_owned()));
         }
@@ -364,24 +423,35 @@ impl Table {
         let filter = Arc::new(Filter {
             words,
             blocks: self.header.blocks,
+            // A first-format table is only read whole: its filter is checked, never asked.
+            key: self.header.key.unwrap_or(Key(0, 0)),
         });
         Ok(self.filter.get_or_init(|| filter))
+    }
+
+    /// Whether this is a table of the first format (unkeyed): it must be
+    /// read whole ([`Table::entries`]) and rewritten before lookups.
+    pub fn is_first_format(&self) -> bool {
+        self.header.key.is_none()
     }
 
     /// Offsets of `uid` in the table, ascending.
     #[cfg(any(test, feature = "fuzzing"))]
     pub fn get(&self, uid: &[u8]) -> Result<Vec<u64>, Unfit> {
-        self.get_hashed(uid, hash(uid), true)
+        self.get_filtered(uid, true)
     }
 
-    /// [`Table::get`] of a UID whose [`hash`] is `h`; `filtered`: ask the
-    /// filter first (false when the partition's locator named this table,
-    /// so the UID is likely here and the filter would cost a miss more).
-    pub fn get_hashed(&self, uid: &[u8], h: u64, filtered: bool) -> Result<Vec<u64>, Unfit> {
-        if filtered && !self.filter()?.may_hold(h) {
+    /// [`Table::get`]; `filtered`: ask the filter first (false when the
+    /// partition's locator named this table, so the UID is likely here and
+    /// the filter would cost a miss more).
+    pub fn get_filtered(&self, uid: &[u8], filtered: bool) -> Result<Vec<u64>, Unfit> {
+        let Some(key) = self.header.key else {
+            return Err(Unfit::Damaged("first format: rewrite it keyed".to_owned()));
+        };
+        if filtered && !self.filter()?.may_hold(uid) {
             return Ok(Vec::new());
         }
-        let mut page = scale(h, self.header.home_pages);
+        let mut page = scale(key.hash(uid), self.header.home_pages);
         let mut buf = [0u8; 4096];
         let buf = &mut buf[..self.header.page_size];
         let mut found = Vec::new();
@@ -465,6 +535,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    const KEY: Key = Key(0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210);
+
     fn table(bytes: &[u8], base: u64, end: u64, log_len: u64) -> Result<Table, Unfit> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.uidt");
@@ -479,7 +551,7 @@ mod tests {
         // A UID stored twice (written around the bus) and a long one.
         uids.push(("e7".to_owned(), 5100));
         uids.push(("x".repeat(1024), 5101));
-        let bytes = encode(100, 5102, 9999, &uids).unwrap();
+        let bytes = encode(KEY, 100, 5102, 9999, &uids).unwrap();
         let t = table(&bytes, 100, 5102, 9999).unwrap();
         assert_eq!(t.header.page_size, 4096);
         for i in 0..5000u64 {
@@ -504,11 +576,11 @@ mod tests {
         // the last page: its copies run past it, into appended pages.
         let uid = (0..)
             .map(|i| format!("x{i}"))
-            .find(|u| hash(u.as_bytes()) > u64::MAX / 100 * 99)
+            .find(|u| KEY.hash(u.as_bytes()) > u64::MAX / 100 * 99)
             .unwrap();
         let mut uids: Vec<(String, u64)> = (0..300u64).map(|i| (uid.clone(), i)).collect();
         uids.extend((300..400u64).map(|i| (format!("y{i}"), i)));
-        let bytes = encode(0, 400, 1, &uids).unwrap();
+        let bytes = encode(KEY, 0, 400, 1, &uids).unwrap();
         let t = table(&bytes, 0, 400, 1).unwrap();
         assert!(t.header.pages > t.header.home_pages);
         assert_eq!(
@@ -521,13 +593,51 @@ mod tests {
         assert_eq!(t.entries().unwrap().len(), 400);
     }
 
+    /// The longest run of pages flagged as overflowed: what a lookup of
+    /// the worst-placed UID reads.
+    fn longest_chain(bytes: &[u8]) -> usize {
+        let head = decode_header(bytes, 0, 1 << 20, 1, bytes.len() as u64).unwrap();
+        let first = HEADER + usize::try_from(head.blocks).unwrap() * BLOCK;
+        let (mut run, mut longest) = (0, 0);
+        for page in bytes[first..].chunks(head.page_size) {
+            run = if scan_page(page, |_, _| {}).unwrap() {
+                run + 1
+            } else {
+                0
+            };
+            longest = longest.max(run);
+        }
+        longest
+    }
+
+    #[test]
+    fn uids_aimed_at_one_page_under_a_known_key_spread_under_a_fresh_one() {
+        // UIDs whose hash under KEY falls in the first 1/512 of the range:
+        // with a known (or unkeyed) hash they share one home page, and a
+        // lookup walks the whole chain. Each table draws its own key.
+        let aimed: Vec<(String, u64)> = (0u64..)
+            .map(|i| format!("aimed-{i}"))
+            .filter(|u| KEY.hash(u.as_bytes()) < u64::MAX / 512)
+            .take(1500)
+            .zip(0..)
+            .collect();
+        let known = encode(KEY, 0, 1 << 20, 1, &aimed).unwrap();
+        assert!(longest_chain(&known) > 50, "{}", longest_chain(&known));
+        let fresh = encode(Key::random(), 0, 1 << 20, 1, &aimed).unwrap();
+        assert!(longest_chain(&fresh) < 8, "{}", longest_chain(&fresh));
+        let t = table(&fresh, 0, 1 << 20, 1).unwrap();
+        for (uid, offset) in aimed.iter().step_by(37) {
+            assert_eq!(t.get(uid.as_bytes()).unwrap(), vec![*offset]);
+        }
+    }
+
     #[test]
     fn empty_and_small_tables() {
-        let bytes = encode(0, 0, 0, &[]).unwrap();
+        let bytes = encode(KEY, 0, 0, 0, &[]).unwrap();
         let t = table(&bytes, 0, 0, 0).unwrap();
         assert!(t.get(b"a").unwrap().is_empty());
         assert!(t.entries().unwrap().is_empty());
-        let bytes = encode(3, 4, 10, &[("a".to_owned(), 3)]).unwrap();
+        let bytes = encode(KEY, 3, 4, 10, &[("a".to_owned(), 3)]).unwrap();
         assert_eq!(bytes.len(), HEADER + BLOCK + 512);
         assert_eq!(table(&bytes, 3, 4, 10).unwrap().get(b"a").unwrap(), vec![3]);
     }
@@ -535,7 +645,7 @@ mod tests {
     #[test]
     fn a_stale_cut_or_damaged_table_is_refused() {
         let uids: Vec<(String, u64)> = (0..300u64).map(|i| (format!("u{i}"), i)).collect();
-        let bytes = encode(0, 300, 777, &uids).unwrap();
+        let bytes = encode(KEY, 0, 300, 777, &uids).unwrap();
         assert!(table(&bytes, 0, 301, 777).is_err(), "stale end");
         assert!(table(&bytes, 0, 300, 778).is_err(), "stale length");
         assert!(
@@ -581,8 +691,9 @@ pub(crate) struct SealedUids {
     state: RwLock<State>,
     /// The loaded table's filter, read without a lock: most lookups of a
     /// partition with many segments end here, and a locked instruction per
-    /// segment would serialize their cache misses. A rebuilt table has the
-    /// same filter (the same UIDs, encoded alike).
+    /// segment would serialize their cache misses. It stays right when the
+    /// table is rebuilt under a new key: it holds the same UIDs, and the
+    /// filter hashes with the key it was built with.
     filter: OnceLock<Arc<Filter>>,
 }
 
@@ -615,12 +726,12 @@ impl SealedUids {
         }
     }
 
-    /// Every offset of `uid` (of [`hash`] `h`) in the segment, ascending;
-    /// `filtered`: ask the filter first (see [`Table::get_hashed`]).
-    pub fn get(&self, uid: &str, h: u64, filtered: bool) -> Result<Vec<u64>, BusError> {
+    /// Every offset of `uid` in the segment, ascending; `filtered`: ask
+    /// the filter first (see [`Table::get_filtered`]).
+    pub fn get(&self, uid: &str, filtered: bool) -> Result<Vec<u64>, BusError> {
         if filtered
             && let Some(filter) = self.filter.get()
-            && !filter.may_hold(h)
+            && !filter.may_hold(uid.as_bytes())
         {
             return Ok(Vec::new());
         }
@@ -629,7 +740,7 @@ impl SealedUids {
                 let state = read(&self.state);
                 match &*state {
                     State::Memory(index, _) => return Ok(index.all(uid)),
-                    State::Table(table) => match table.get_hashed(uid.as_bytes(), h, filtered) {
+                    State::Table(table) => match table.get_filtered(uid.as_bytes(), filtered) {
                         Ok(found) => {
                             // From now on absent UIDs are answered without the lock.
                             if filtered
@@ -651,7 +762,7 @@ impl SealedUids {
                 (State::Unloaded, _) => *state = self.load()?,
                 // Another lookup may have rebuilt it meanwhile: look again.
                 (State::Table(table), Some(why))
-                    if table.get_hashed(uid.as_bytes(), h, filtered).is_err() =>
+                    if table.get_filtered(uid.as_bytes(), filtered).is_err() =>
                 {
                     *state = self.rebuild(&why)?;
                 }
@@ -664,8 +775,8 @@ impl SealedUids {
         ))
     }
 
-    /// Whether the table file's header fits the segment (a cheap check
-    /// at open: 72 bytes).
+    /// Whether the table file's header (of either format) fits the
+    /// segment: a cheap check at open (one header read).
     pub fn header_fits(&self) -> bool {
         let Ok(file) = File::open(&self.table_path) else {
             return false;
@@ -674,8 +785,25 @@ impl SealedUids {
         let Ok(meta) = file.metadata() else {
             return false;
         };
-        file.read_exact_at(&mut head, 0).is_ok()
-            && decode_header(&head, self.base, self.end, self.log_len, meta.len()).is_some()
+        read_head(&file, &mut head).is_ok_and(|got| {
+            decode_header(&head[..got], self.base, self.end, self.log_len, meta.len()).is_some()
+        })
+    }
+
+    /// A first-format table's entries (read whole and checked), written
+    /// again keyed; rebuilt from the segment when they do not read.
+    fn convert(&self, table: &Table) -> Result<State, BusError> {
+        match table.entries() {
+            Ok(entries) => {
+                tracing::debug!(
+                    path = %self.table_path.display(),
+                    "UID table of the first format: rewriting it keyed"
+                );
+                self.state_of(&entries)
+            }
+            Err(Unfit::Io(error)) => Err(error.into()),
+            Err(Unfit::Damaged(why)) => self.rebuild(&why),
+        }
     }
 
     /// Every `(UID, offset)`, in offset order (to seal the active segment
@@ -714,6 +842,7 @@ impl SealedUids {
     fn load(&self) -> Result<State, BusError> {
         let why = match File::open(&self.table_path) {
             Ok(file) => match Table::load(file, self.base, self.end, self.log_len) {
+                Ok(table) if table.is_first_format() => return self.convert(&table),
                 Ok(table) => return Ok(State::Table(table)),
                 Err(Unfit::Io(error)) => return Err(error.into()),
                 Err(Unfit::Damaged(why)) => why,
@@ -758,7 +887,7 @@ impl SealedUids {
     /// Writes the table of `uids` (when writable) and loads it.
     fn state_of(&self, uids: &[(String, u64)]) -> Result<State, BusError> {
         if self.writable
-            && let Some(bytes) = encode(self.base, self.end, self.log_len, uids)
+            && let Some(bytes) = encode(Key::random(), self.base, self.end, self.log_len, uids)
         {
             fsutil::write_atomic(&self.table_path, &bytes)?;
             let file = File::open(&self.table_path)?;

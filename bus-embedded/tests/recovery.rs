@@ -10,7 +10,7 @@ use bus_core::{BatchRecord, BusError, EventBus, StoredEvent};
 use bus_embedded::{EmbeddedBus, Options};
 use support::{
     TOPIC, assert_gap_free, copy_tree, frame_starts, open, provision, read_all, recovery_point,
-    segments, value_for,
+    segments, table_contents, value_for,
 };
 
 fn uid(i: usize) -> String {
@@ -318,7 +318,16 @@ fn damaged_indexes_are_rebuilt() {
             assert_every_fetch(dir.path(), 40);
             for (log, original) in logs.iter().zip(&originals) {
                 let rebuilt = std::fs::read(hint(log, ext)).unwrap();
-                assert_eq!(&rebuilt, original, "{ext} {name}: rebuilt differently");
+                if ext == "uids" {
+                    // Rebuilt under a new key: the same segment and entries.
+                    assert_eq!(
+                        table_contents(&rebuilt),
+                        table_contents(original),
+                        "{ext} {name}: rebuilt differently"
+                    );
+                } else {
+                    assert_eq!(&rebuilt, original, "{ext} {name}: rebuilt differently");
+                }
             }
         }
     }

@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 
 use bus_core::EventBus;
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, assert_gap_free, copy_tree, provision, read_all, segments, value_for};
+use support::{
+    TABLE_HEADER as HEADER, TOPIC, assert_gap_free, copy_tree, crc32c, provision, read_all,
+    segments, table_contents, value_for, word,
+};
 
 /// Records per test log; with [`options`] about a dozen sealed segments.
 const N: usize = 120;
@@ -50,7 +53,7 @@ fn sealed_dir() -> (tempfile::TempDir, Vec<PathBuf>) {
         .collect();
     for table in &tables {
         assert!(
-            std::fs::read(table).unwrap().starts_with(b"BUT1"),
+            std::fs::read(table).unwrap().starts_with(b"BUT2"),
             "{table:?}"
         );
     }
@@ -59,7 +62,8 @@ fn sealed_dir() -> (tempfile::TempDir, Vec<PathBuf>) {
 
 /// Opens the bus and checks every lookup, dedup of every UID, the whole
 /// log, and (given the `originals`) that each table is whole again
-/// afterwards. A flipped byte in a page no lookup reads may stay: pages
+/// afterwards: the same segment and entries (a rebuilt table has a new
+/// key, so its pages are laid out anew). A flipped byte in a page no lookup reads may stay: pages
 /// are verified when read.
 fn assert_all_answers(dir: &Path, tables: &[PathBuf], originals: Option<&[Vec<u8>]>, what: &str) {
     let bus = EmbeddedBus::open_with(dir, options()).unwrap();
@@ -67,8 +71,8 @@ fn assert_all_answers(dir: &Path, tables: &[PathBuf], originals: Option<&[Vec<u8
     drop(bus);
     for (table, original) in tables.iter().zip(originals.unwrap_or_default()) {
         assert_eq!(
-            &std::fs::read(table).unwrap(),
-            original,
+            table_contents(&std::fs::read(table).unwrap()),
+            table_contents(original),
             "{what}: {table:?} not rebuilt as it was"
         );
     }
@@ -170,8 +174,8 @@ fn a_flipped_byte_anywhere_in_a_table_is_detected() {
     let originals = read_all_tables(&tables);
     let len = originals[0].len() as u64;
     // Every byte of the header, then a spread over the filter and pages.
-    let mut spots: Vec<u64> = (0..72).collect();
-    spots.extend((72..len).step_by(37));
+    let mut spots: Vec<u64> = (0..HEADER).collect();
+    spots.extend((HEADER..len).step_by(37));
     spots.push(len - 1);
     for at in spots {
         flip(&tables[0], at);
@@ -191,7 +195,7 @@ fn a_table_damaged_while_the_bus_is_open_is_rebuilt_on_the_next_lookup() {
     check_bus(&bus, "before damage");
     // Every page of every table, after the bus has loaded them.
     for (table, original) in tables.iter().zip(&originals) {
-        for at in (72..original.len() as u64).step_by(97) {
+        for at in (HEADER..original.len() as u64).step_by(97) {
             flip(table, at);
         }
     }
@@ -232,8 +236,8 @@ fn stale_tables_are_not_trusted() {
     let mut short = originals[2].clone();
     let end = u64::from_le_bytes(short[16..24].try_into().unwrap());
     short[16..24].copy_from_slice(&(end - 1).to_le_bytes());
-    let crc = crc32c(&short[..68]);
-    short[68..72].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32c(&short[..84]);
+    short[84..88].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&tables[2], &short).unwrap();
     assert_all_answers(dir.path(), &tables, Some(&originals), "older table");
 }
@@ -372,18 +376,91 @@ fn clean_close_hints_are_stale_after_a_crash() {
     );
 }
 
-/// CRC-32C (Castagnoli), bitwise: enough for a test's few bytes.
-fn crc32c(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &byte in bytes {
-        crc ^= u32::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-        }
+/// The key a table's pages are placed by.
+fn table_key(bytes: &[u8]) -> (u64, u64) {
+    (word(bytes, 64), word(bytes, 72))
+}
+
+#[test]
+fn every_table_is_written_under_its_own_random_key() {
+    let (dir, tables) = sealed_dir();
+    let originals = read_all_tables(&tables);
+    let mut keys: Vec<(u64, u64)> = originals.iter().map(|t| table_key(t)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), tables.len(), "tables share a key");
+    // Rebuilt (here: after it went missing), a table draws a new key.
+    std::fs::remove_file(&tables[1]).unwrap();
+    assert_all_answers(dir.path(), &tables, Some(&originals), "missing");
+    let again = std::fs::read(&tables[1]).unwrap();
+    assert_ne!(table_key(&again), table_key(&originals[1]));
+}
+
+/// The lines of `log` that name a path under `dir` (one test's events).
+fn lines_naming(log: &str, dir: &Path) -> String {
+    let dir = dir.display().to_string();
+    log.lines()
+        .filter(|line| line.contains(&dir))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_table_of_the_first_unkeyed_format_is_read_once_and_rewritten_keyed() {
+    // "BUT1": a 72-byte header without the key (filter CRC at 64, header
+    // CRC at 68), its pages placed by an unkeyed hash. The pages of a
+    // keyed table stand in for them: a first-format table is only ever
+    // read whole, never looked up by hash.
+    let (dir, tables) = sealed_dir();
+    let originals = read_all_tables(&tables);
+    for (table, original) in tables.iter().zip(&originals) {
+        let mut old = original[..64].to_vec();
+        old[..4].copy_from_slice(b"BUT1");
+        old.extend_from_slice(&original[80..84]);
+        let crc = crc32c(&old);
+        old.extend_from_slice(&crc.to_le_bytes());
+        old.extend_from_slice(&original[88..]);
+        std::fs::write(table, old).unwrap();
     }
-    !crc
+    // Converted from its own entries, not rebuilt from its segment.
+    let log = support::global_log();
+    assert_all_answers(dir.path(), &tables, Some(&originals), "first format");
+    let log = lines_naming(&log.text(), dir.path());
+    assert_eq!(
+        log.matches("rewriting it keyed").count(),
+        tables.len(),
+        "{log}"
+    );
+    assert!(!log.contains("rebuilding it from its segment"), "{log}");
+    for table in &tables {
+        assert!(
+            std::fs::read(table).unwrap().starts_with(b"BUT2"),
+            "{table:?}"
+        );
+    }
+    // A damaged one is not trusted: rebuilt from its segment.
+    let (dir, tables) = sealed_dir();
+    let originals = read_all_tables(&tables);
+    let mut old = originals[0][..64].to_vec();
+    old[..4].copy_from_slice(b"BUT1");
+    old.extend_from_slice(&originals[0][80..84]);
+    let crc = crc32c(&old);
+    old.extend_from_slice(&crc.to_le_bytes());
+    old.extend_from_slice(&originals[0][88..]);
+    let last = old.len() - 3;
+    old[last] ^= 0x20;
+    std::fs::write(&tables[0], old).unwrap();
+    let log = support::global_log();
+    assert_all_answers(
+        dir.path(),
+        &tables,
+        Some(&originals),
+        "damaged first format",
+    );
+    let log = lines_naming(&log.text(), dir.path());
+    assert_eq!(
+        log.matches("rebuilding it from its segment").count(),
+        1,
+        "{log}"
+    );
 }

@@ -25,6 +25,7 @@ enum Input {
     /// A table encoded from these UIDs (offsets taken modulo the segment,
     /// one UID per offset).
     Encoded {
+        key: (u64, u64),
         base: u32,
         span: u16,
         uids: Vec<(String, u16)>,
@@ -59,15 +60,18 @@ fuzz_target!(|data: &[u8]| {
             probes,
             mut bytes,
         } => {
-            if fix_header_crc && bytes.len() >= 72 {
-                let crc = crc32c::crc32c(&bytes[..68]);
-                bytes[68..72].copy_from_slice(&crc.to_le_bytes());
+            // The header CRC of either format: "BUT1" (72 bytes, CRC at
+            // 68) or "BUT2" (88 bytes, with the key; CRC at 84).
+            let head = if bytes.starts_with(b"BUT1") { 72 } else { 88 };
+            if fix_header_crc && bytes.len() >= head {
+                let crc = crc32c::crc32c(&bytes[..head - 4]);
+                bytes[head - 4..head].copy_from_slice(&crc.to_le_bytes());
             }
             let (base, end, log_len) = (word(&bytes, 8), word(&bytes, 16), word(&bytes, 24));
-            if fix_page_crc && bytes.len() >= 72 {
+            if fix_page_crc && bytes.len() >= head {
                 // The first page, wherever the header puts it.
                 let page = u32::from_le_bytes(bytes[4..8].try_into().unwrap_or_default());
-                let at = 72usize.saturating_add(
+                let at = head.saturating_add(
                     usize::try_from(word(&bytes, 48).saturating_mul(64)).unwrap_or(usize::MAX),
                 );
                 let page_end = at.saturating_add(page as usize);
@@ -103,6 +107,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         Input::Encoded {
+            key,
             base,
             span,
             uids,
@@ -118,7 +123,7 @@ fuzz_target!(|data: &[u8]| {
             // A record has one UID at most, so an offset appears once.
             uids.sort_by_key(|&(_, o)| o);
             uids.dedup_by_key(|(_, o)| *o);
-            let Some(bytes) = encode_uid_table(base, end, 4242, &uids) else {
+            let Some(bytes) = encode_uid_table(key, base, end, 4242, &uids) else {
                 assert!(uids.iter().any(|(u, _)| u.len() > 4000));
                 return;
             };
