@@ -1258,9 +1258,16 @@ mod tests {
             Ok::<_, std::io::Error>(segments[i].1.clone())
         })
         .unwrap();
+        // Every UID names its segment; another one only by a fingerprint
+        // collision (random key: about 1 in 10,000 UIDs here), so a few at
+        // most.
+        let mut others = 0;
         for i in 0..500u64 {
-            assert_eq!(holders(&built, &format!("e{i}")), vec![i / 100 * 100]);
+            let named = holders(&built, &format!("e{i}"));
+            assert!(named.contains(&(i / 100 * 100)), "e{i}: {named:?}");
+            others += named.len() - 1;
         }
+        assert!(others <= 3, "{others} UIDs name a segment they are not in");
         // A UID stored in two segments names both.
         let mut two = segments.clone();
         two[3].1.push(("e5".to_owned(), 399));
@@ -1268,12 +1275,16 @@ mod tests {
             Ok::<_, std::io::Error>(two[i].1.clone())
         })
         .unwrap();
-        assert_eq!(holders(&built, "e5"), vec![0, 300]);
+        let named = holders(&built, "e5");
+        assert!(named.contains(&0) && named.contains(&300), "{named:?}");
         let mut added = Locator::empty(&path(&dir));
         for (seg, list) in &two {
             added = added.with_segment(*seg, list, 0).unwrap();
         }
-        assert_eq!(holders(&added, "e5"), vec![0, 300]);
+        // Adding one by one names what the build names (same entries, each
+        // under its own key: the collisions may differ).
+        let named = holders(&added, "e5");
+        assert!(named.contains(&0) && named.contains(&300), "{named:?}");
         // No segments: nothing written, nothing named.
         let empty = tempfile::tempdir().unwrap();
         let none =
@@ -1298,8 +1309,9 @@ mod tests {
         // The oldest ten gave their slots to the newest.
         assert_eq!(loc.covered().count(), SLOTS);
         assert_eq!(loc.covered().next(), Some(100));
-        assert!(holders(&loc, "e5").is_empty());
-        assert_eq!(holders(&loc, "e2655"), vec![2650]);
+        // (Other segments are named only by a fingerprint collision.)
+        assert!(holders(&loc, "e5").iter().all(|&base| base >= 100));
+        assert!(holders(&loc, "e2655").contains(&2650));
         // Segments below 1000 deleted: gone at the next change.
         let kept = loc.forget_below(1000).unwrap().unwrap();
         assert_eq!(kept.covered_between(0, u64::MAX), SLOTS - 90);
@@ -1310,8 +1322,8 @@ mod tests {
             .unwrap();
         assert_eq!(next.covered().next(), Some(1000));
         assert!(next.len() <= (SLOTS - 90 + 1) * 10 && next.len() > (SLOTS - 91) * 10);
-        assert!(holders(&next, "e999").is_empty());
-        assert_eq!(holders(&next, "e1000"), vec![1000]);
+        assert!(holders(&next, "e999").iter().all(|&base| base >= 1000));
+        assert!(holders(&next, "e1000").contains(&1000));
     }
 
     #[test]
