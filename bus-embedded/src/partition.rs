@@ -193,6 +193,9 @@ pub(crate) struct WriterState {
     pub allocated: u64,
     /// The recovery point last stored (see `checkpoint`).
     pub recovery_point: Option<RecoveryPoint>,
+    /// Compresses frames as the topic's spec says (set after open, and
+    /// again when a manifest changes it).
+    pub encoder: crate::codec::Encoder,
 }
 
 #[derive(Debug, Default)]
@@ -792,7 +795,8 @@ impl Partition {
         // A large batch goes out as several bounded frames in this one
         // write and fsync, so reading one record never verifies the rest.
         let (bytes, frames) =
-            frame::encode_batch(writer.next, stored_at, records).map_err(WriteError::Refused)?;
+            frame::encode_batch(writer.next, stored_at, records, &mut writer.encoder)
+                .map_err(WriteError::Refused)?;
         let len = bytes.len() as u64;
         self.roll_if_due(writer, len, stored_at)
             .map_err(WriteError::Failed)?;
@@ -1114,6 +1118,13 @@ impl Partition {
         marker.store(base, len)?;
         let _ = self.acked.set(marker);
         Ok(())
+    }
+}
+
+impl Partition {
+    /// Frames written from now on are stored as `compression` says.
+    pub(crate) fn set_compression(&self, compression: bus_core::Compression) {
+        lock(&self.writer).encoder.set(compression);
     }
 }
 

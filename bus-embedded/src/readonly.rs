@@ -46,6 +46,7 @@ pub(crate) fn open_partition(
         dirty: false,
         allocated: 0,
         recovery_point: None,
+        encoder: crate::codec::Encoder::new(bus_core::Compression::None),
     };
     let partition = Partition::new(
         topic.to_owned(),

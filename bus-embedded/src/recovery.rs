@@ -121,6 +121,7 @@ pub(crate) fn open_partition(
             dirty: false,
             allocated: known.len,
             recovery_point: point,
+            encoder: crate::codec::Encoder::new(bus_core::Compression::None),
         };
         if let Some(active) = read.segments.last_mut() {
             active.index = index;
@@ -237,6 +238,7 @@ pub(crate) fn open_partition(
         dirty: false,
         allocated: scan.valid_len,
         recovery_point: Some(recovered),
+        encoder: crate::codec::Encoder::new(bus_core::Compression::None),
     };
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);

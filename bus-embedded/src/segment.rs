@@ -51,6 +51,25 @@ pub(crate) struct FrameReader<'f> {
     buf: Vec<u8>,
     buf_start: u64,
     read_ahead: usize,
+    /// The records of the last compressed frame, decompressed.
+    raw: Vec<u8>,
+}
+
+/// A reader's memory, kept for the next reader: the bytes read ahead and
+/// the decompressed records of a compressed frame.
+#[derive(Debug, Default)]
+pub(crate) struct ReadBuffers {
+    read: Vec<u8>,
+    raw: Vec<u8>,
+}
+
+impl ReadBuffers {
+    pub(crate) const fn new() -> Self {
+        Self {
+            read: Vec::new(),
+            raw: Vec::new(),
+        }
+    }
 }
 
 /// Read-ahead size.
@@ -75,19 +94,21 @@ impl<'f> FrameReader<'f> {
             buf: Vec::new(),
             buf_start: pos,
             read_ahead,
+            raw: Vec::new(),
         }
     }
 
-    /// A reader that reads into `buf` (its bytes discarded, its memory
-    /// kept): a caller reading often passes the buffer of its last read,
-    /// so a read allocates nothing.
-    pub fn with_buffer(
+    /// A reader that reads into `buffers` (their bytes discarded, their
+    /// memory kept): a caller reading often passes the buffers of its last
+    /// read, so a read allocates nothing.
+    pub fn with_buffers(
         file: &'f File,
         pos: u64,
         end: u64,
         read_ahead: usize,
-        mut buf: Vec<u8>,
+        buffers: ReadBuffers,
     ) -> Self {
+        let ReadBuffers { read: mut buf, raw } = buffers;
         buf.clear();
         Self {
             file,
@@ -96,12 +117,16 @@ impl<'f> FrameReader<'f> {
             buf,
             buf_start: pos,
             read_ahead,
+            raw,
         }
     }
 
-    /// The buffer, for the next reader.
-    pub fn into_buffer(self) -> Vec<u8> {
-        self.buf
+    /// The buffers, for the next reader.
+    pub fn into_buffers(self) -> ReadBuffers {
+        ReadBuffers {
+            read: self.buf,
+            raw: self.raw,
+        }
     }
 
     /// Position of the next frame.
@@ -148,7 +173,7 @@ impl<'f> FrameReader<'f> {
         }
         let at = usize::try_from(self.pos - self.buf_start).map_err(std::io::Error::other)?;
         let body_end = at + usize::try_from(total).map_err(std::io::Error::other)?;
-        let result = frame::decode(&prefix, &self.buf[at + PREFIX..body_end]);
+        let result = frame::decode(&prefix, &self.buf[at + PREFIX..body_end], &mut self.raw);
         if result.is_ok() {
             self.pos += total;
         }
@@ -383,6 +408,7 @@ pub(crate) fn next_verified_frame(
 ) -> std::io::Result<Option<(u64, u64)>> {
     let mut window = vec![0u8; CHUNK + frame::HEAD];
     let mut body = Vec::new();
+    let mut raw = Vec::new();
     let mut at = start;
     while at + frame::HEAD as u64 <= end {
         let n =
@@ -401,7 +427,7 @@ pub(crate) fn next_verified_frame(
             prefix.copy_from_slice(&window[i..i + PREFIX]);
             body.resize(usize::try_from(len).map_err(std::io::Error::other)?, 0);
             file.read_exact_at(&mut body, pos + PREFIX as u64)?;
-            if frame::decode(&prefix, &body).is_ok_and(|f| f.count > 0) {
+            if frame::decode(&prefix, &body, &mut raw).is_ok_and(|f| f.count > 0) {
                 return Ok(Some((pos, base)));
             }
         }
