@@ -93,7 +93,6 @@ pub(crate) struct Frame<'a> {
     pub count: u32,
     pub stored_at: u64,
     /// The codec byte of a compressed frame.
-    #[cfg_attr(not(any(test, feature = "fuzzing")), allow(dead_code))]
     pub codec: Option<u8>,
     records: &'a [u8],
 }
@@ -127,8 +126,27 @@ pub(crate) fn encode(base: u64, stored_at: u64, records: &[&NewRecord]) -> Resul
     Ok(out)
 }
 
-/// `(base offset, byte position)` of each frame of an encoded batch.
-pub(crate) type FramePositions = Vec<(u64, u64)>;
+/// `(base offset, byte position, compressed)` of each frame of an encoded batch.
+pub(crate) type FramePositions = Vec<(u64, u64, bool)>;
+
+/// Whether the frame at byte `pos` holding offsets from `base` gets a
+/// sparse-index entry, `last` being the last entry `(base, pos)`: every
+/// `interval` bytes, and a compressed frame also every [`FRAME_RECORDS`]
+/// records, since a read decompresses each frame from its entry on and
+/// compressed frames are small (by bytes alone, entries would lie several
+/// times as many records apart).
+pub(crate) fn index_due(
+    last: Option<(u64, u64)>,
+    base: u64,
+    pos: u64,
+    compressed: bool,
+    interval: u64,
+) -> bool {
+    last.is_none_or(|(last_base, last_pos)| {
+        pos - last_pos >= interval
+            || (compressed && base.saturating_sub(last_base) >= FRAME_RECORDS as u64)
+    })
+}
 
 /// Encodes a batch starting at offset `base` as frames of bounded size,
 /// all but the last marked continued; returns the bytes and each frame's
@@ -159,7 +177,7 @@ pub(crate) fn encode_batch(
             take += 1;
         }
         let (chunk, tail) = rest.split_at(take);
-        frames.push((next, out.len() as u64));
+        let at = out.len() as u64;
         let lead = u32::try_from(next - base).map_err(|_| "too many records in one batch")?;
         let compressed = encoder.compression() != Compression::None
             && encode_compressed_into(
@@ -171,6 +189,7 @@ pub(crate) fn encode_batch(
                 chunk,
                 encoder,
             )?;
+        frames.push((next, at, compressed));
         next += take as u64;
         rest = tail;
         if compressed {
@@ -768,6 +787,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn compressed_frames_are_indexed_every_frame_records_too() {
+        let interval = 4096;
+        assert!(index_due(None, 0, 0, false, interval));
+        // Plain frames: by bytes only, as before.
+        assert!(!index_due(Some((0, 0)), 100, 4095, false, interval));
+        assert!(index_due(Some((0, 0)), 100, 4096, false, interval));
+        // Compressed frames: also once FRAME_RECORDS records have passed.
+        let records = FRAME_RECORDS as u64;
+        assert!(!index_due(Some((0, 0)), records - 1, 500, true, interval));
+        assert!(index_due(Some((0, 0)), records, 500, true, interval));
+        assert!(index_due(Some((0, 0)), 1, 4096, true, interval));
     }
 
     #[test]

@@ -175,7 +175,7 @@ pub(crate) struct WriterState {
     pub pos: u64,
     /// Offset the next record gets.
     pub next: u64,
-    pub last_indexed: Option<u64>,
+    pub last_indexed: Option<(u64, u64)>,
     /// The UIDs of the active segment's first bytes, when open took them
     /// from the table written at a clean close (not in [`ReadState::uids`],
     /// which holds the rest of the active segment's; both are persisted
@@ -823,14 +823,17 @@ impl Partition {
         writer.pos += len;
         writer.next += records.len() as u64;
         let mut entries = Vec::new();
-        for (frame_base, at) in frames {
+        for (frame_base, at, compressed) in frames {
             let frame_pos = pos + at;
-            if writer
-                .last_indexed
-                .is_none_or(|last| frame_pos - last >= self.options.index_interval_bytes)
-            {
+            if frame::index_due(
+                writer.last_indexed,
+                frame_base,
+                frame_pos,
+                compressed,
+                self.options.index_interval_bytes,
+            ) {
                 entries.push((frame_base, frame_pos));
-                writer.last_indexed = Some(frame_pos);
+                writer.last_indexed = Some((frame_base, frame_pos));
             }
         }
         if extended && let Err(error) = self.store_point(writer) {

@@ -231,7 +231,7 @@ pub(crate) fn scan_to_mark(
         ..Scan::default()
     };
     let mut reader = FrameReader::new(file, 0, file_len);
-    let mut last_indexed: Option<u64> = None;
+    let mut last_indexed: Option<(u64, u64)> = None;
     // The frames of a batch whose closing frame is not read yet: they
     // count only once it verifies.
     let mut staged = Scan {
@@ -255,9 +255,10 @@ pub(crate) fn scan_to_mark(
                 )))
             }
             Ok(frame) => {
-                if last_indexed.is_none_or(|last| pos - last >= index_interval) {
+                let compressed = frame.codec.is_some();
+                if frame::index_due(last_indexed, frame.base, pos, compressed, index_interval) {
                     staged.index.push((frame.base, pos));
-                    last_indexed = Some(pos);
+                    last_indexed = Some((frame.base, pos));
                 }
                 for (i, record) in frame.records().enumerate() {
                     if let Some(uid) = record.uid {
