@@ -625,8 +625,11 @@ mod tests {
         out
     }
 
-    /// Every record of every frame of `bytes`, owned: `(key, uid, value)`.
-    fn decode_records(bytes: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>, Vec<u8>)> {
+    /// A record's `(key, uid, value)`, owned.
+    type Owned = (Vec<u8>, Option<Vec<u8>>, Vec<u8>);
+
+    /// Every record of every frame of `bytes`.
+    fn decode_records(bytes: &[u8]) -> Vec<Owned> {
         let mut out = Vec::new();
         let mut raw = Vec::new();
         let mut at = 0;
