@@ -453,8 +453,7 @@ fn replay_rate(bus: &dyn EventBus, topic: &str, records: u64) -> f64 {
 fn compression_bench(dir: &Path, records: u64) {
     const KINDS: [Compression; 3] = [Compression::None, Compression::Lz4, Compression::Zstd];
     type Make = fn(u64) -> Value;
-    let shapes: [(&str, Make); 2] =
-        [("bench events", event), ("varied events", varied_event)];
+    let shapes: [(&str, Make); 2] = [("bench events", event), ("varied events", varied_event)];
     println!("N = {records} records, dir {}", dir.display());
     for (shape, make) in shapes {
         let payload = (0..1000)

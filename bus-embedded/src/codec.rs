@@ -121,10 +121,22 @@ pub(crate) fn decompress(
             "compressed records announce {raw_len} bytes"
         )));
     }
-    if codec != LZ4 && codec != ZSTD {
-        return Err(malformed(format!("unknown codec {codec}")));
-    }
+    // The most a codec's format can expand `packed` to: an LZ4 block
+    // spends at least one byte per 255 bytes of output, a zstd block at
+    // least four per 128 KiB. A frame announcing more is refused before
+    // anything is allocated, so a few stored bytes never cost gigabytes.
+    let most = match codec {
+        LZ4 => packed.len().saturating_mul(255).saturating_add(64),
+        ZSTD => packed.len().saturating_mul(1 << 15).saturating_add(1 << 17),
+        _ => return Err(malformed(format!("unknown codec {codec}"))),
+    };
     let raw_len = usize::try_from(raw_len).map_err(|e| malformed(e.to_string()))?;
+    if raw_len > most {
+        return Err(malformed(format!(
+            "{} compressed bytes announce {raw_len} bytes, more than the codec can expand them to",
+            packed.len()
+        )));
+    }
     out.clear();
     out.resize(raw_len, 0);
     let written = if codec == LZ4 {
@@ -208,5 +220,24 @@ mod tests {
             decompress(LZ4, b"x", u32::MAX, &mut out),
             Err(Fault::Malformed(_))
         ));
+        // A few bytes announcing megabytes: refused before allocating.
+        let mut fresh = Vec::new();
+        for codec in [LZ4, ZSTD] {
+            let bomb = decompress(codec, &[0; 8], 64 << 20, &mut fresh);
+            assert!(matches!(bomb, Err(Fault::Malformed(_))));
+            assert_eq!(fresh.capacity(), 0);
+        }
+    }
+
+    #[test]
+    fn the_expansion_bound_admits_what_the_codecs_write() {
+        // Runs of one byte compress the most.
+        let raw = vec![0u8; 4 << 20];
+        let mut out = Vec::new();
+        for compression in [Compression::Lz4, Compression::Zstd] {
+            let (codec, bytes) = packed(compression, &raw);
+            decompress(codec, &bytes, u32::try_from(raw.len()).unwrap(), &mut out).unwrap();
+            assert_eq!(out.len(), raw.len(), "{compression}");
+        }
     }
 }
