@@ -9,7 +9,10 @@ mod support;
 
 use std::path::Path;
 
-use bus_core::{BatchRecord, BusError, Compression, EventBus, Manifest, TopicSpec};
+use bus_core::{
+    BatchRecord, BusError, Compression, EventBus, Manifest, Selector, StartAt, SubscribeOptions,
+    Subscription, SubscriptionItem, TopicSpec,
+};
 use bus_embedded::EmbeddedBus;
 use support::{
     TOPIC, assert_gap_free, copy_tree, frame_starts, open, read_all, recovery_point, segments,
@@ -172,6 +175,24 @@ fn sealed_compressed_segments_and_read_only_opens_read_back() {
         drop(reader);
         let bus = open(dir.path());
         assert_reads(&bus, SINGLE + BATCH, &format!("{compression}, sealed"));
+        drop(bus);
+        // Every index, UID table and the locator rebuilt from the frames.
+        let pdir = bus_embedded::testing::partition_dir(dir.path(), TOPIC, 0);
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&pdir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            let hint = ["idx", "uids", "cidx", "cuids"]
+                .iter()
+                .any(|ext| path.extension().is_some_and(|e| e == *ext));
+            if hint || name == "uid-locator" {
+                std::fs::remove_file(&path).unwrap();
+                removed += 1;
+            }
+        }
+        assert!(removed > 2, "{compression}: {removed} hint files");
+        let bus = open(dir.path());
+        assert_reads(&bus, SINGLE + BATCH, &format!("{compression}, rebuilt"));
     }
 }
 
@@ -353,4 +374,54 @@ fn a_read_only_open_does_not_change_compression() {
         matches!(changed, Err(BusError::ReadOnly { .. })),
         "{changed:?}"
     );
+}
+
+/// The next `n` records of `sub` as `(offset, value)`, failing at the deadline.
+fn receive(sub: &mut Subscription, n: usize) -> Vec<(u64, serde_json::Value)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut out = Vec::new();
+    while out.len() < n {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        assert!(!left.is_zero(), "only {} of {n} records arrived", out.len());
+        match sub.recv_timeout(left).unwrap() {
+            Some(SubscriptionItem::Record { event, .. }) => out.push((event.offset, event.value)),
+            Some(other) => panic!("unexpected item {other:?}"),
+            None => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn subscriptions_deliver_compressed_history_and_live_batches() {
+    for compression in CODECS {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = open(dir.path());
+        provision_with(&bus, compression);
+        publish_all(&bus);
+        let subscribe = |bus: &EmbeddedBus| {
+            bus.subscribe(
+                TOPIC,
+                Selector::Topic,
+                StartAt::Beginning,
+                SubscribeOptions::default(),
+            )
+            .unwrap()
+        };
+        let mut sub = subscribe(&bus);
+        let reader = EmbeddedBus::open_read_only(dir.path()).unwrap();
+        let mut follower = subscribe(&reader);
+        let n = SINGLE + BATCH;
+        let more: Vec<BatchRecord> = (n..n + 100)
+            .map(|i| BatchRecord::new("k", value_for(&uid(i), i)).with_uid(uid(i)))
+            .collect();
+        bus.publish_batch(TOPIC, &more).unwrap();
+        for (who, sub) in [("writer", &mut sub), ("read-only", &mut follower)] {
+            let got = receive(sub, n + 100);
+            for (i, (offset, value)) in got.iter().enumerate() {
+                assert_eq!(*offset, i as u64, "{compression}, {who}");
+                assert_eq!(*value, value_for(&uid(i), i), "{compression}, {who}");
+            }
+        }
+    }
 }
