@@ -832,6 +832,28 @@ mod tests {
         }
     }
 
+    /// Recovery takes a segment ending in a zero byte for zeros written
+    /// ahead; compressed frames, like plain ones, end in a non-zero byte.
+    #[test]
+    fn compressed_frames_never_end_in_a_zero_byte() {
+        for n in 1..=64 {
+            let records = events(n);
+            let refs: Vec<&NewRecord> = records.iter().collect();
+            for compression in [Compression::Lz4, Compression::Zstd] {
+                let mut encoder = Encoder::new(compression);
+                let (bytes, positions) = encode_batch(0, 5, &refs, &mut encoder).unwrap();
+                for (i, &(_, at, _)) in positions.iter().enumerate() {
+                    let end = positions.get(i + 1).map_or(bytes.len(), |p| p.1 as usize);
+                    assert_ne!(
+                        bytes[end - 1],
+                        0,
+                        "{compression}, {n} records, frame at {at}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn records_that_do_not_shrink_are_stored_uncompressed() {
         let record = NewRecord {
