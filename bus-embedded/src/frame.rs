@@ -150,7 +150,7 @@ pub(crate) fn index_due(
 
 /// Encodes a batch starting at offset `base` as frames of bounded size,
 /// all but the last marked continued; returns the bytes and each frame's
-/// `(base offset, position in the bytes)`. A batch that fits one frame is
+/// `(base offset, position in the bytes, compressed)`. A batch that fits one frame is
 /// written as version 1, which has no flags or lead to say (5 bytes less).
 ///
 /// With a compressing `encoder` each frame is compressed (so version 2)
@@ -179,37 +179,20 @@ pub(crate) fn encode_batch(
         let (chunk, tail) = rest.split_at(take);
         let at = out.len() as u64;
         let lead = u32::try_from(next - base).map_err(|_| "too many records in one batch")?;
+        let continued = !tail.is_empty();
         let compressed = encoder.compression() != Compression::None
-            && encode_compressed_into(
-                &mut out,
-                !tail.is_empty(),
-                lead,
-                next,
-                stored_at,
-                chunk,
-                encoder,
-            )?;
+            && encode_compressed_into(&mut out, continued, lead, next, stored_at, chunk, encoder)?;
+        if !compressed {
+            let version = if lead == 0 && !continued {
+                VERSION_1
+            } else {
+                VERSION
+            };
+            encode_into(&mut out, version, continued, lead, next, stored_at, chunk)?;
+        }
         frames.push((next, at, compressed));
         next += take as u64;
         rest = tail;
-        if compressed {
-            continue;
-        }
-        let base_of_chunk = next - take as u64;
-        let version = if lead == 0 && tail.is_empty() {
-            VERSION_1
-        } else {
-            VERSION
-        };
-        encode_into(
-            &mut out,
-            version,
-            !tail.is_empty(),
-            lead,
-            base_of_chunk,
-            stored_at,
-            chunk,
-        )?;
     }
     Ok((out, frames))
 }
