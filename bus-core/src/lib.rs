@@ -44,7 +44,7 @@ pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
 #[cfg(feature = "connector")]
 pub use executor::ConnectorExecutor;
 pub use manifest::{
-    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, InvalidName, MAX_PARTITIONS,
+    Compression, DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, InvalidName, MAX_PARTITIONS,
     MAX_RECORD_BYTES_LIMIT, Manifest, TopicSpec, validate_topic_name,
 };
 pub use partition::{fnv1a64, partition_for};

@@ -52,6 +52,62 @@ pub struct TopicSpec {
     /// Copies kept by replicated backends (ignored by the embedded log).
     #[serde(default = "default_replication_factor")]
     pub replication_factor: u16,
+    /// How the embedded log stores this topic's frames (see
+    /// [`Compression`]). Only the embedded log honours it; the NATS, Kafka
+    /// and PostgreSQL backends ignore it, as the embedded log ignores
+    /// `replication_factor`.
+    #[serde(default, skip_serializing_if = "Compression::is_none")]
+    pub compression: Compression,
+}
+
+/// Frame compression of a topic, like Kafka's `compression.type`: in a
+/// manifest `"none"` (the default), `"lz4"` or `"zstd"`.
+///
+/// It may change on an existing topic: it applies to what is written from
+/// then on, and every frame says how it is stored, so records written
+/// under another setting stay readable.
+///
+/// ```
+/// let manifest = bus_core::Manifest::from_toml_str(r#"
+///     [[topics]]
+///     name = "audit"
+///     partitions = 1
+///     compression = "zstd"
+/// "#).unwrap();
+/// assert_eq!(manifest.topics[0].compression, bus_core::Compression::Zstd);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Records are stored as they are.
+    #[default]
+    None,
+    /// LZ4 block compression: fast, a smaller gain.
+    Lz4,
+    /// Zstandard at its default level: a larger gain, slower.
+    Zstd,
+}
+
+impl Compression {
+    /// Whether records are stored uncompressed.
+    pub fn is_none(&self) -> bool {
+        *self == Self::None
+    }
+
+    /// The name used in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Lz4 => "lz4",
+            Self::Zstd => "zstd",
+        }
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 fn default_dedup_window_ms() -> u64 {
@@ -74,7 +130,15 @@ impl TopicSpec {
             dedup_window_ms: DEFAULT_DEDUP_WINDOW_MS,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             replication_factor: 1,
+            compression: Compression::None,
         }
+    }
+
+    /// Sets the frame compression (honoured by the embedded log only).
+    #[must_use]
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
     }
 
     /// Sets the replication factor (broker backends; 3 on a three-node cluster).
@@ -152,7 +216,8 @@ impl TopicSpec {
     }
 
     /// The first property in which `existing` differs from `self`, as a
-    /// [`BusError::Conflict`] naming both values and the fix.
+    /// [`BusError::Conflict`] naming both values and the fix. `compression`
+    /// is not compared: it may change on an existing topic.
     pub fn conflict_with(&self, existing: &TopicSpec) -> Result<(), BusError> {
         let differs = |property: &str, have: String, want: String| {
             Err(BusError::Conflict {
@@ -420,5 +485,51 @@ mod tests {
             other => panic!("{other:?}"),
         }
         want.conflict_with(&want.clone()).unwrap();
+    }
+
+    #[test]
+    fn compression_is_named_in_lowercase_and_omitted_when_none() {
+        let manifest =
+            Manifest::parse("[[topics]]\nname = \"a\"\npartitions = 1\ncompression = \"lz4\"\n")
+                .unwrap();
+        assert_eq!(manifest.topics[0].compression, Compression::Lz4);
+        let json =
+            Manifest::parse(r#"{"topics":[{"name":"a","partitions":1,"compression":"zstd"}]}"#)
+                .unwrap();
+        assert_eq!(json.topics[0].compression, Compression::Zstd);
+        let plain = TopicSpec::new("a", 1);
+        assert_eq!(plain.compression, Compression::None);
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("compression"), "{text}");
+        let zstd =
+            serde_json::to_string(&plain.clone().with_compression(Compression::Zstd)).unwrap();
+        assert!(zstd.contains(r#""compression":"zstd""#), "{zstd}");
+    }
+
+    #[test]
+    fn an_unknown_compression_is_an_argument_error() {
+        for text in [
+            "[[topics]]\nname = \"a\"\npartitions = 1\ncompression = \"gzip\"\n",
+            r#"{"topics":[{"name":"a","partitions":1,"compression":"LZ4"}]}"#,
+        ] {
+            match Manifest::parse(text).unwrap_err() {
+                BusError::InvalidArgument { field, reason } => {
+                    assert_eq!(field, "manifest");
+                    assert!(
+                        reason.contains("compression") || reason.contains("variant"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn compression_may_change_without_conflict() {
+        let have = TopicSpec::new("t", 2);
+        let want = have.clone().with_compression(Compression::Zstd);
+        want.conflict_with(&have).unwrap();
+        have.conflict_with(&want).unwrap();
     }
 }

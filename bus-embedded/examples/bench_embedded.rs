@@ -3,7 +3,13 @@
 //!
 //! ```text
 //! cargo run --release -p bus-embedded --example bench_embedded -- [--records N] [--json] [--dir DIR]
+//! cargo run --release -p bus-embedded --example bench_embedded -- --compression [--records N] [--dir DIR]
 //! ```
+//!
+//! `--compression` runs only the compression table: the same batch fill,
+//! replay and random fetches on topics stored with each
+//! `TopicSpec::compression`, side by side in one run, for the bench's
+//! events and for events of varied text.
 #![allow(
     clippy::unwrap_used,
     clippy::cast_possible_truncation,
@@ -17,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bus_core::{BatchRecord, EventBus, Manifest, TopicSpec};
+use bus_core::{BatchRecord, Compression, EventBus, Manifest, TopicSpec};
 use bus_embedded::EmbeddedBus;
 use serde_json::{Value, json};
 
@@ -40,6 +46,42 @@ fn event(i: u64) -> Value {
     });
     let len = serde_json::to_vec(&value).unwrap().len();
     value["payload"] = json!("x".repeat(200usize.saturating_sub(len)));
+    value
+}
+
+/// Words of the varied events' text.
+const WORDS: [&str; 32] = [
+    "read", "write", "file", "open", "search", "query", "result", "error", "retry", "user",
+    "agent", "tool", "call", "plan", "step", "done", "cache", "miss", "token", "model", "fetch",
+    "index", "merge", "diff", "test", "build", "deploy", "check", "lint", "format", "commit",
+    "review",
+];
+
+/// A ~200-byte event whose fields vary as a real log's do (ids, a
+/// timestamp, a duration, a few words of text) rather than the padding of
+/// one repeated letter [`event`] uses, which compresses unrealistically well.
+fn varied_event(i: u64) -> Value {
+    let mut rng = Lcg(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut value = json!({
+        "metadata": {"uid": format!("e{i}")},
+        "agent": format!("agent-{}", rng.below(16)),
+        "kind": WORDS[rng.below(8) as usize],
+        "seq": i,
+        "ts": 1_764_900_000_000u64 + i * 37 + rng.below(1000),
+        "ms": rng.below(5000),
+        "trace": format!("{:08x}{:08x}", rng.below(1 << 32), rng.below(1 << 32)),
+        "text": "",
+    });
+    let room = 200usize.saturating_sub(serde_json::to_vec(&value).unwrap().len());
+    let mut text = String::new();
+    while text.len() < room {
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        text.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
+    }
+    text.truncate(room);
+    value["text"] = json!(text);
     value
 }
 
@@ -161,11 +203,16 @@ fn payload_bytes(records: u64) -> f64 {
 /// Publishes `records` in batches of 1000; returns the time spent in
 /// `publish_batch` only (building the values is the caller's cost).
 fn fill(bus: &dyn EventBus, topic: &str, records: u64) -> Duration {
+    fill_with(bus, topic, records, event)
+}
+
+/// [`fill`] with the events `make` makes.
+fn fill_with(bus: &dyn EventBus, topic: &str, records: u64, make: fn(u64) -> Value) -> Duration {
     let mut spent = Duration::ZERO;
     let mut i = 0;
     while i < records {
         let batch: Vec<BatchRecord> = (i..(i + 1000).min(records))
-            .map(|j| BatchRecord::new("k", event(j)).with_uid(uid(j)))
+            .map(|j| BatchRecord::new("k", make(j)).with_uid(uid(j)))
             .collect();
         i += batch.len() as u64;
         let start = Instant::now();
@@ -369,6 +416,116 @@ fn open_after_kill(dir: &Path) -> Duration {
     took
 }
 
+/// Bytes of the files under `dir` (recursively) whose name ends in `ext`,
+/// or of every file when `ext` is empty.
+fn dir_bytes(dir: &Path, ext: &str) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                dir_bytes(&path, ext)
+            } else if ext.is_empty() || path.extension().is_some_and(|e| e == ext) {
+                entry.metadata().unwrap().len()
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+fn replay_rate(bus: &dyn EventBus, topic: &str, records: u64) -> f64 {
+    let start = Instant::now();
+    let mut offset = 0;
+    loop {
+        let page = bus.fetch(topic, 0, offset, 1000).unwrap();
+        let Some(last) = page.last() else { break };
+        offset = last.offset + 1;
+    }
+    assert_eq!(offset, records);
+    rate(records, start.elapsed())
+}
+
+/// `--compression`: for each kind of event, topics stored with no
+/// compression, lz4 and zstd filled, replayed and read at random in the
+/// same run; every figure beside the uncompressed topic's.
+fn compression_bench(dir: &Path, records: u64) {
+    const KINDS: [Compression; 3] = [Compression::None, Compression::Lz4, Compression::Zstd];
+    type Make = fn(u64) -> Value;
+    let shapes: [(&str, Make); 2] = [("bench events", event), ("varied events", varied_event)];
+    println!("N = {records} records, dir {}", dir.display());
+    for (shape, make) in shapes {
+        let payload = (0..1000)
+            .map(|i| {
+                serde_json::to_vec(&make(i * (records / 1000).max(1)))
+                    .unwrap()
+                    .len()
+            })
+            .sum::<usize>() as f64
+            / 1000.0;
+        let topic = |kind: Compression| format!("{}-{kind}", shape.split(' ').next().unwrap());
+        let bus = EmbeddedBus::open(dir).unwrap();
+        // The first fill of a run paid for warming up (allocator, page
+        // cache) and flattered the codecs after it.
+        let warm = format!("warm-{}", topic(Compression::None));
+        provision(&bus, &warm);
+        fill_with(&bus, &warm, records.min(100_000), make);
+        let mut batch = Vec::new();
+        for kind in KINDS {
+            bus.provision(&Manifest::new([
+                TopicSpec::new(topic(kind), 1).with_compression(kind)
+            ]))
+            .unwrap();
+            batch.push(rate(records, fill_with(&bus, &topic(kind), records, make)));
+        }
+        // Sizes after a clean close (no zeros written ahead).
+        drop(bus);
+        let topic_dir = |kind| dir.join("topics").join(topic(kind));
+        let log: Vec<f64> = KINDS
+            .iter()
+            .map(|&k| dir_bytes(&topic_dir(k), "log") as f64 / records as f64)
+            .collect();
+        let all: Vec<f64> = KINDS
+            .iter()
+            .map(|&k| dir_bytes(&topic_dir(k), "") as f64 / records as f64)
+            .collect();
+        let bus = EmbeddedBus::open(dir).unwrap();
+        let replay: Vec<f64> = KINDS
+            .iter()
+            .map(|&k| replay_rate(&bus, &topic(k), records))
+            .collect();
+        let (fetch, find): (Vec<f64>, Vec<f64>) = KINDS
+            .iter()
+            .map(|&k| latencies(&bus, &topic(k), records))
+            .unzip();
+        drop(bus);
+        println!("\n{shape}: ~{payload:.0} B of JSON per record");
+        println!(
+            "{:<36} {:>12} {:>12} {:>7} {:>12} {:>7}",
+            "measure", "none", "lz4", "÷ none", "zstd", "÷ none"
+        );
+        for (name, values) in [
+            ("segment bytes on disk / record", &log),
+            ("all topic files on disk / record", &all),
+            ("batch publish 1000/call rec/s", &batch),
+            ("replay fetch(max=1000) rec/s", &replay),
+            ("fetch(random, 1) p50 us", &fetch),
+            ("find_event_by_uid p50 us", &find),
+        ] {
+            println!(
+                "{:<36} {:>12.1} {:>12.1} {:>7.2} {:>12.1} {:>7.2}",
+                name,
+                values[0],
+                values[1],
+                values[1] / values[0],
+                values[2],
+                values[2] / values[0]
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let flag = |name: &str| args.iter().position(|a| a == name).map(|i| i + 1);
@@ -382,6 +539,9 @@ fn main() {
     )
     .unwrap();
     let dir = tmp.path();
+    if flag("--compression").is_some() {
+        return compression_bench(dir, records);
+    }
     let budget = Duration::from_secs(2);
     let mut rows = Vec::new();
 

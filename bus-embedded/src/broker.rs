@@ -438,7 +438,20 @@ impl EventBus for EmbeddedBus {
             }
         }
         for spec in &manifest.topics {
-            if topics.contains_key(&spec.name) {
+            if let Some(existing) = topics.get(&spec.name) {
+                // Only the compression can differ here (checked above):
+                // like Kafka's compression.type, it may change.
+                if existing.spec != *spec {
+                    self.inner.writable("provision")?;
+                    let changed = existing.respecified(&self.inner.topics_dir, spec)?;
+                    tracing::info!(
+                        topic = %spec.name,
+                        from = %existing.spec.compression,
+                        to = %spec.compression,
+                        "topic compression changed; frames written before stay as they are"
+                    );
+                    topics.insert(spec.name.clone(), Arc::new(changed));
+                }
                 continue;
             }
             self.inner.writable("provision")?;

@@ -11,14 +11,14 @@ use bus_core::{BusError, StoredEvent};
 
 use crate::frame::RecordRef;
 use crate::partition::Partition;
-use crate::segment::{self, FrameReader};
+use crate::segment::{self, FrameReader, ReadBuffers};
 use bus_core::sync::lock;
 
 thread_local! {
-    /// The read buffer of this thread's last fetch (up to
-    /// `segment::CHUNK`), reused by its next: no 64 KiB allocation per
-    /// fetch.
-    static READ_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The read buffers of this thread's last fetch (up to
+    /// `segment::CHUNK`, and a frame's decompressed records), reused by its
+    /// next: no 64 KiB allocation per fetch.
+    static READ_BUFFER: std::cell::Cell<ReadBuffers> = const { std::cell::Cell::new(ReadBuffers::new()) };
 }
 
 /// Where one read of a segment starts.
@@ -213,9 +213,9 @@ impl Partition {
             segment::CHUNK
         };
         let mut reader =
-            FrameReader::with_buffer(&file, pos, snapshot.len, read_ahead, READ_BUFFER.take());
+            FrameReader::with_buffers(&file, pos, snapshot.len, read_ahead, READ_BUFFER.take());
         let result = self.read_frames(snapshot, &file, &mut reader, expected, max, auth, out);
-        READ_BUFFER.set(reader.into_buffer());
+        READ_BUFFER.set(reader.into_buffers());
         result
     }
 

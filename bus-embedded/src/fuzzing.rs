@@ -52,6 +52,8 @@ pub struct DecodedFrame {
     pub count: u32,
     /// Epoch ms of the write.
     pub stored_at: u64,
+    /// The codec byte of a compressed frame (1 lz4, 2 zstd).
+    pub codec: Option<u8>,
     /// The records, by the same iterator fetch uses.
     pub records: Vec<DecodedRecord>,
     /// Bytes the frame takes (prefix included).
@@ -76,15 +78,7 @@ pub fn encode_frame_as(
     stored_at: u64,
     records: &[Record],
 ) -> Result<Vec<u8>, String> {
-    let records: Vec<NewRecord> = records
-        .iter()
-        .map(|r| NewRecord {
-            key: r.key.clone(),
-            uid: r.uid.clone(),
-            tag: r.tag.clone(),
-            value: r.value.clone(),
-        })
-        .collect();
+    let records = new_records(records);
     let mut out = Vec::new();
     frame::encode_into(
         &mut out,
@@ -96,6 +90,54 @@ pub fn encode_frame_as(
         &records.iter().collect::<Vec<_>>(),
     )?;
     Ok(out)
+}
+
+/// Encodes one frame the way the writer of a topic with `compression`
+/// does: compressed (version 2) unless that does not make it smaller.
+pub fn encode_frame_compressed(
+    compression: bus_core::Compression,
+    continued: bool,
+    lead: u32,
+    base: u64,
+    stored_at: u64,
+    records: &[Record],
+) -> Result<Vec<u8>, String> {
+    let records = new_records(records);
+    let refs: Vec<&NewRecord> = records.iter().collect();
+    let mut out = Vec::new();
+    let mut encoder = crate::codec::Encoder::new(compression);
+    if !frame::encode_compressed_into(
+        &mut out,
+        continued,
+        lead,
+        base,
+        stored_at,
+        &refs,
+        &mut encoder,
+    )? {
+        frame::encode_into(
+            &mut out,
+            frame::VERSION,
+            continued,
+            lead,
+            base,
+            stored_at,
+            &refs,
+        )?;
+    }
+    Ok(out)
+}
+
+fn new_records(records: &[Record]) -> Vec<NewRecord> {
+    records
+        .iter()
+        .map(|r| NewRecord {
+            key: r.key.clone(),
+            uid: r.uid.clone(),
+            tag: r.tag.clone(),
+            value: r.value.clone(),
+        })
+        .collect()
 }
 
 /// Decodes the frame at the start of `bytes`, reading as much body as its
@@ -110,7 +152,8 @@ pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
         .get(PREFIX..)
         .and_then(|rest| rest.get(..len))
         .ok_or("body cut short")?;
-    let decoded = frame::decode(&prefix, body).map_err(|fault| fault.to_string())?;
+    let mut raw = Vec::new();
+    let decoded = frame::decode(&prefix, body, &mut raw).map_err(|fault| fault.to_string())?;
     Ok(DecodedFrame {
         version: decoded.version,
         continued: decoded.continued,
@@ -118,6 +161,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
         base: decoded.base,
         count: decoded.count,
         stored_at: decoded.stored_at,
+        codec: decoded.codec,
         records: decoded
             .records()
             .map(|r| DecodedRecord {

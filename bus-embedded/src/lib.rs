@@ -44,6 +44,7 @@ mod acked;
 mod asynchronous;
 mod broker;
 mod checkpoint;
+mod codec;
 mod fetch;
 mod frame;
 mod fsutil;

@@ -175,7 +175,7 @@ pub(crate) struct WriterState {
     pub pos: u64,
     /// Offset the next record gets.
     pub next: u64,
-    pub last_indexed: Option<u64>,
+    pub last_indexed: Option<(u64, u64)>,
     /// The UIDs of the active segment's first bytes, when open took them
     /// from the table written at a clean close (not in [`ReadState::uids`],
     /// which holds the rest of the active segment's; both are persisted
@@ -193,6 +193,9 @@ pub(crate) struct WriterState {
     pub allocated: u64,
     /// The recovery point last stored (see `checkpoint`).
     pub recovery_point: Option<RecoveryPoint>,
+    /// Compresses frames as the topic's spec says (set after open, and
+    /// again when a manifest changes it).
+    pub encoder: crate::codec::Encoder,
 }
 
 #[derive(Debug, Default)]
@@ -792,7 +795,8 @@ impl Partition {
         // A large batch goes out as several bounded frames in this one
         // write and fsync, so reading one record never verifies the rest.
         let (bytes, frames) =
-            frame::encode_batch(writer.next, stored_at, records).map_err(WriteError::Refused)?;
+            frame::encode_batch(writer.next, stored_at, records, &mut writer.encoder)
+                .map_err(WriteError::Refused)?;
         let len = bytes.len() as u64;
         self.roll_if_due(writer, len, stored_at)
             .map_err(WriteError::Failed)?;
@@ -819,14 +823,17 @@ impl Partition {
         writer.pos += len;
         writer.next += records.len() as u64;
         let mut entries = Vec::new();
-        for (frame_base, at) in frames {
+        for (frame_base, at, compressed) in frames {
             let frame_pos = pos + at;
-            if writer
-                .last_indexed
-                .is_none_or(|last| frame_pos - last >= self.options.index_interval_bytes)
-            {
+            if frame::index_due(
+                writer.last_indexed,
+                frame_base,
+                frame_pos,
+                compressed,
+                self.options.index_interval_bytes,
+            ) {
                 entries.push((frame_base, frame_pos));
-                writer.last_indexed = Some(frame_pos);
+                writer.last_indexed = Some((frame_base, frame_pos));
             }
         }
         if extended && let Err(error) = self.store_point(writer) {
@@ -1114,6 +1121,13 @@ impl Partition {
         marker.store(base, len)?;
         let _ = self.acked.set(marker);
         Ok(())
+    }
+}
+
+impl Partition {
+    /// Frames written from now on are stored as `compression` says.
+    pub(crate) fn set_compression(&self, compression: bus_core::Compression) {
+        lock(&self.writer).encoder.set(compression);
     }
 }
 

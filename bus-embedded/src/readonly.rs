@@ -46,6 +46,7 @@ pub(crate) fn open_partition(
         dirty: false,
         allocated: 0,
         recovery_point: None,
+        encoder: crate::codec::Encoder::new(bus_core::Compression::None),
     };
     let partition = Partition::new(
         topic.to_owned(),
@@ -91,7 +92,7 @@ impl Tail {
 struct Known {
     end: u64,
     len: u64,
-    last_indexed: Option<u64>,
+    last_indexed: Option<(u64, u64)>,
 }
 
 impl Known {
@@ -99,7 +100,7 @@ impl Known {
         Self {
             end: index.end,
             len: index.len,
-            last_indexed: index.entries.last().map(|&(_, pos)| pos),
+            last_indexed: index.entries.last().copied(),
         }
     }
 
@@ -173,7 +174,7 @@ fn read_tail(
     };
     loop {
         let pos = reader.pos();
-        let (base, count, stored_at, uids, continued) = match reader.next_frame()? {
+        let (base, count, stored_at, uids, continued, compressed) = match reader.next_frame()? {
             Some(Ok(frame)) if frame.base == staged.end && frame.count > 0 => {
                 let uids: Vec<(String, u64)> = (frame.base..)
                     .zip(frame.records())
@@ -188,6 +189,7 @@ fn read_tail(
                     frame.stored_at,
                     uids,
                     frame.continued,
+                    frame.codec.is_some(),
                 )
             }
             Some(Ok(_)) | Some(Err(_)) | None if pos < complete.min(end) => {
@@ -201,9 +203,9 @@ fn read_tail(
             }
             _ => return Ok(tail),
         };
-        if last_indexed.is_none_or(|last| pos - last >= interval) {
+        if crate::frame::index_due(last_indexed, base, pos, compressed, interval) {
             staged.entries.push((base, pos));
-            last_indexed = Some(pos);
+            last_indexed = Some((base, pos));
         }
         staged.uids.extend(uids);
         staged.max_ts = staged.max_ts.max(stored_at);

@@ -114,13 +114,14 @@ pub(crate) fn open_partition(
             base,
             pos: known.len,
             next: known.next,
-            last_indexed: index.entries.last().map(|&(_, pos)| pos),
+            last_indexed: index.entries.last().copied(),
             active_prefix: Some(Arc::clone(&uids)),
             hinted_len: Some(known.len),
             poisoned: None,
             dirty: false,
             allocated: known.len,
             recovery_point: point,
+            encoder: crate::codec::Encoder::new(bus_core::Compression::None),
         };
         if let Some(active) = read.segments.last_mut() {
             active.index = index;
@@ -230,13 +231,14 @@ pub(crate) fn open_partition(
         base,
         pos: scan.valid_len,
         next: scan.end,
-        last_indexed: scan.index.last().map(|&(_, pos)| pos),
+        last_indexed: scan.index.last().copied(),
         active_prefix: None,
         hinted_len: None,
         poisoned: None,
         dirty: false,
         allocated: scan.valid_len,
         recovery_point: Some(recovered),
+        encoder: crate::codec::Encoder::new(bus_core::Compression::None),
     };
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);

@@ -51,6 +51,25 @@ pub(crate) struct FrameReader<'f> {
     buf: Vec<u8>,
     buf_start: u64,
     read_ahead: usize,
+    /// The records of the last compressed frame, decompressed.
+    raw: Vec<u8>,
+}
+
+/// A reader's memory, kept for the next reader: the bytes read ahead and
+/// the decompressed records of a compressed frame.
+#[derive(Debug, Default)]
+pub(crate) struct ReadBuffers {
+    read: Vec<u8>,
+    raw: Vec<u8>,
+}
+
+impl ReadBuffers {
+    pub(crate) const fn new() -> Self {
+        Self {
+            read: Vec::new(),
+            raw: Vec::new(),
+        }
+    }
 }
 
 /// Read-ahead size.
@@ -75,19 +94,21 @@ impl<'f> FrameReader<'f> {
             buf: Vec::new(),
             buf_start: pos,
             read_ahead,
+            raw: Vec::new(),
         }
     }
 
-    /// A reader that reads into `buf` (its bytes discarded, its memory
-    /// kept): a caller reading often passes the buffer of its last read,
-    /// so a read allocates nothing.
-    pub fn with_buffer(
+    /// A reader that reads into `buffers` (their bytes discarded, their
+    /// memory kept): a caller reading often passes the buffers of its last
+    /// read, so a read allocates nothing.
+    pub fn with_buffers(
         file: &'f File,
         pos: u64,
         end: u64,
         read_ahead: usize,
-        mut buf: Vec<u8>,
+        buffers: ReadBuffers,
     ) -> Self {
+        let ReadBuffers { read: mut buf, raw } = buffers;
         buf.clear();
         Self {
             file,
@@ -96,12 +117,16 @@ impl<'f> FrameReader<'f> {
             buf,
             buf_start: pos,
             read_ahead,
+            raw,
         }
     }
 
-    /// The buffer, for the next reader.
-    pub fn into_buffer(self) -> Vec<u8> {
-        self.buf
+    /// The buffers, for the next reader.
+    pub fn into_buffers(self) -> ReadBuffers {
+        ReadBuffers {
+            read: self.buf,
+            raw: self.raw,
+        }
     }
 
     /// Position of the next frame.
@@ -148,7 +173,7 @@ impl<'f> FrameReader<'f> {
         }
         let at = usize::try_from(self.pos - self.buf_start).map_err(std::io::Error::other)?;
         let body_end = at + usize::try_from(total).map_err(std::io::Error::other)?;
-        let result = frame::decode(&prefix, &self.buf[at + PREFIX..body_end]);
+        let result = frame::decode(&prefix, &self.buf[at + PREFIX..body_end], &mut self.raw);
         if result.is_ok() {
             self.pos += total;
         }
@@ -206,7 +231,7 @@ pub(crate) fn scan_to_mark(
         ..Scan::default()
     };
     let mut reader = FrameReader::new(file, 0, file_len);
-    let mut last_indexed: Option<u64> = None;
+    let mut last_indexed: Option<(u64, u64)> = None;
     // The frames of a batch whose closing frame is not read yet: they
     // count only once it verifies.
     let mut staged = Scan {
@@ -230,9 +255,10 @@ pub(crate) fn scan_to_mark(
                 )))
             }
             Ok(frame) => {
-                if last_indexed.is_none_or(|last| pos - last >= index_interval) {
+                let compressed = frame.codec.is_some();
+                if frame::index_due(last_indexed, frame.base, pos, compressed, index_interval) {
                     staged.index.push((frame.base, pos));
-                    last_indexed = Some(pos);
+                    last_indexed = Some((frame.base, pos));
                 }
                 for (i, record) in frame.records().enumerate() {
                     if let Some(uid) = record.uid {
@@ -332,7 +358,9 @@ fn batch_ends_log(file: &File, mut at: u64, end: u64, batch_base: u64) -> std::i
 }
 
 /// Whether the file's last byte is zero. A frame never ends in one (its
-/// last bytes are a JSON value), so only zeros written ahead do.
+/// last bytes are a JSON value; a compressed frame's, an LZ4 block's
+/// closing literals, i.e. the same bytes, or a zstd block, whose
+/// bitstream ends in a marker bit), so only zeros written ahead do.
 fn ends_with_zero(file: &File, file_len: u64) -> std::io::Result<bool> {
     if file_len == 0 {
         return Ok(false);
@@ -383,6 +411,7 @@ pub(crate) fn next_verified_frame(
 ) -> std::io::Result<Option<(u64, u64)>> {
     let mut window = vec![0u8; CHUNK + frame::HEAD];
     let mut body = Vec::new();
+    let mut raw = Vec::new();
     let mut at = start;
     while at + frame::HEAD as u64 <= end {
         let n =
@@ -401,7 +430,7 @@ pub(crate) fn next_verified_frame(
             prefix.copy_from_slice(&window[i..i + PREFIX]);
             body.resize(usize::try_from(len).map_err(std::io::Error::other)?, 0);
             file.read_exact_at(&mut body, pos + PREFIX as u64)?;
-            if frame::decode(&prefix, &body).is_ok_and(|f| f.count > 0) {
+            if frame::decode(&prefix, &body, &mut raw).is_ok_and(|f| f.count > 0) {
                 return Ok(Some((pos, base)));
             }
         }

@@ -55,6 +55,13 @@ pub(crate) fn create(topics_dir: &Path, spec: &TopicSpec) -> Result<(), BusError
         }
     }
     fsutil::sync_dir(&dir)?;
+    save_spec(topics_dir, spec)
+}
+
+/// Writes a topic's spec file (atomically: the old one or the new one
+/// survives a crash).
+pub(crate) fn save_spec(topics_dir: &Path, spec: &TopicSpec) -> Result<(), BusError> {
+    let dir = topics_dir.join(dir_name(&spec.name));
     fsutil::write_atomic(&dir.join(SPEC_FILE), &serde_json::to_vec_pretty(spec)?)?;
     fsutil::sync_dir(topics_dir)?;
     Ok(())
@@ -73,6 +80,7 @@ pub(crate) fn open(
                 crate::readonly::open_partition(&spec.name, p, partition_dir(&dir, p), options)
             } else {
                 let partition = open_partition(&spec.name, p, partition_dir(&dir, p), options)?;
+                partition.set_compression(spec.compression);
                 partition.start_acked_end()?;
                 Ok(partition)
             }
@@ -149,6 +157,20 @@ fn check_partition_dirs(topic_dir: &Path, spec: &TopicSpec) -> Result<(), String
 }
 
 impl Topic {
+    /// The same partitions under `spec`, which differs from this topic's
+    /// spec at most in its compression (the only property a manifest may
+    /// change): saved, then applied to the frames written from now on.
+    pub fn respecified(&self, topics_dir: &Path, spec: &TopicSpec) -> Result<Topic, BusError> {
+        save_spec(topics_dir, spec)?;
+        for partition in &self.partitions {
+            partition.set_compression(spec.compression);
+        }
+        Ok(Topic {
+            spec: spec.clone(),
+            partitions: self.partitions.clone(),
+        })
+    }
+
     /// The partition `partition`, or the error naming the valid range.
     pub fn partition(&self, partition: u32) -> Result<&Arc<Partition>, BusError> {
         bus_core::check_partition(&self.spec.name, partition, self.spec.partitions)?;

@@ -1,9 +1,10 @@
-//! Arbitrary records through the frame encoder: what encodes decodes to the
-//! same records, trailing bytes are not read, and any changed byte is
-//! detected.
+//! Arbitrary records through the frame encoder, plain or compressed (lz4,
+//! zstd): what encodes decodes to the same records, trailing bytes are not
+//! read, and any changed byte is detected.
 #![no_main]
 
 use arbitrary::Arbitrary;
+use bus_core::Compression;
 use bus_embedded::fuzzing::{self, Record};
 use bus_fuzz::{ArbRecord, decoded};
 use libfuzzer_sys::fuzz_target;
@@ -16,11 +17,28 @@ struct Input {
     trailing: Vec<u8>,
     flip_at: u32,
     flip: u8,
+    /// 0 plain, 1 lz4, 2 zstd (others plain).
+    compression: u8,
 }
 
 fuzz_target!(|input: Input| {
     let records: Vec<Record> = input.records.into_iter().map(Into::into).collect();
-    let Ok(mut bytes) = fuzzing::encode_frame(input.base, input.stored_at, &records) else {
+    let encoded = match input.compression {
+        1 | 2 => fuzzing::encode_frame_compressed(
+            if input.compression == 1 {
+                Compression::Lz4
+            } else {
+                Compression::Zstd
+            },
+            false,
+            0,
+            input.base,
+            input.stored_at,
+            &records,
+        ),
+        _ => fuzzing::encode_frame(input.base, input.stored_at, &records),
+    };
+    let Ok(mut bytes) = encoded else {
         // Only a tag over u16::MAX bytes (or a frame over 2 GiB) is refused.
         assert!(records.iter().any(|r| {
             r.tag
