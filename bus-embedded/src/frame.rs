@@ -16,7 +16,9 @@
 //! stored_at: u64  epoch ms the batch was written
 //! lead: u32       version 2 only: records of the batch before this frame
 //! records:        count × { flags: u8, key_len: u32, key, [uid_len: u32, uid], [tag_len: u16, tag], value_len: u32, value }
-//!                 or, compressed: codec: u8 (1 lz4 block, 2 zstd), raw_len: u32, the records compressed
+//!                 or, compressed: codec: u8 (1 lz4 block, 2 zstd), raw_len: u32, the records compressed,
+//!                 end: u8 = 0xB5 (so the frame's last byte is never zero, as a plain frame's is not:
+//!                 recovery takes a zero last byte for zeros written ahead)
 //! ```
 //! All integers are little-endian. Values are stored as the JSON bytes
 //! checked at publish and parsed only on fetch.
@@ -49,6 +51,10 @@ const CONTINUED: u8 = 1;
 const COMPRESSED: u8 = 2;
 /// `codec` and `raw_len` before compressed records.
 const COMPRESSED_HEADER: usize = 1 + 4;
+/// The byte after compressed records: a zstd frame may end in a zero byte
+/// (a block of literals only ends with a sequence count of 0), and a frame
+/// must not.
+const COMPRESSED_END: u8 = MAGIC;
 /// A batch's frame holds at most this many records (~3.3 KB of ~200-byte
 /// events: `fetch(random, 1)` reads and checks at most two such frames,
 /// 4.6-4.7 µs against 6.5-7.0 µs with frames of 64 records in alternating
@@ -239,7 +245,8 @@ pub(crate) fn encode_into(
 
 /// Appends one version-2 frame of `records` compressed by `encoder`;
 /// false, with `out` unchanged, when compressing does not make the frame
-/// smaller (or the topic does not compress).
+/// smaller, when several records take more than [`FRAME_BYTES`] (what
+/// `decode` expands at most for them), or the topic does not compress.
 pub(crate) fn encode_compressed_into(
     out: &mut Vec<u8>,
     continued: bool,
@@ -254,6 +261,11 @@ pub(crate) fn encode_compressed_into(
     encoder.raw.clear();
     put_records(&mut encoder.raw, records)?;
     let raw_len = u32::try_from(encoder.raw.len()).map_err(|_| "batch too large for one frame")?;
+    if records.len() > 1 && encoder.raw.len() > FRAME_BYTES {
+        // More than `encode_batch` puts in a frame of several records,
+        // which `decode` refuses to expand: stored plain.
+        return Ok(false);
+    }
     let start = out.len();
     out.extend_from_slice(&[0; PREFIX]);
     out.extend_from_slice(&[MAGIC, VERSION]);
@@ -270,10 +282,11 @@ pub(crate) fn encode_compressed_into(
         out.truncate(start);
         return Ok(false);
     };
-    if out.len() - packed_at + COMPRESSED_HEADER >= encoder.raw.len() {
+    if out.len() - packed_at + COMPRESSED_HEADER + 1 >= encoder.raw.len() {
         out.truncate(start);
         return Ok(false);
     }
+    out.push(COMPRESSED_END);
     out[codec_at] = codec;
     let len = u32::try_from(out.len() - start - PREFIX)
         .ok()
@@ -399,11 +412,22 @@ pub(crate) fn decode<'a>(
     let (codec, records) = if flags & COMPRESSED == 0 {
         (None, &body[header..])
     } else {
-        let Some(packed) = body.get(header + COMPRESSED_HEADER..) else {
-            return Err(Fault::Malformed("bad compressed header".to_owned()));
+        let Some((&COMPRESSED_END, packed)) = body
+            .get(header + COMPRESSED_HEADER..)
+            .and_then(<[u8]>::split_last)
+        else {
+            return Err(Fault::Malformed("bad compressed header or end".to_owned()));
         };
         let codec = body[header];
-        crate::codec::decompress(codec, packed, u32_at(body, header + 1), raw)?;
+        let raw_len = u32_at(body, header + 1);
+        // A frame of several records holds at most FRAME_BYTES of them
+        // (`encode_batch`): a small frame announcing more is not followed.
+        if u32_at(body, at + 8) > 1 && raw_len as usize > FRAME_BYTES {
+            return Err(Fault::Malformed(format!(
+                "compressed records of several records announce {raw_len} bytes"
+            )));
+        }
+        crate::codec::decompress(codec, packed, raw_len, raw)?;
         let raw: &'a Vec<u8> = raw;
         (Some(codec), raw.as_slice())
     };
@@ -819,22 +843,54 @@ mod tests {
     /// ahead; compressed frames, like plain ones, end in a non-zero byte.
     #[test]
     fn compressed_frames_never_end_in_a_zero_byte() {
-        for n in 1..=64 {
-            let records = events(n);
+        // Random hex values: zstd stores them as literals only, a block
+        // that ends in a zero byte (a sequence count of 0) before the end
+        // marker.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let hex: Vec<NewRecord> = (0..64)
+            .map(|i| {
+                let digits: String = (0..300)
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1);
+                        char::from(b"0123456789abcdef"[(state >> 60) as usize])
+                    })
+                    .collect();
+                NewRecord {
+                    key: "k".to_owned(),
+                    uid: None,
+                    tag: None,
+                    value: format!(r#"{{"trace":"{digits}","n":{i}}}"#).into_bytes(),
+                }
+            })
+            .collect();
+        let (mut compressed, mut zero_before_end) = (0, 0);
+        for n in 1..=128 {
+            let records = if n <= 64 {
+                events(n)
+            } else {
+                hex[..n - 64].to_vec()
+            };
             let refs: Vec<&NewRecord> = records.iter().collect();
             for compression in [Compression::Lz4, Compression::Zstd] {
                 let mut encoder = Encoder::new(compression);
                 let (bytes, positions) = encode_batch(0, 5, &refs, &mut encoder).unwrap();
-                for (i, &(_, at, _)) in positions.iter().enumerate() {
+                for (i, &(_, at, packed)) in positions.iter().enumerate() {
                     let end = positions.get(i + 1).map_or(bytes.len(), |p| p.1 as usize);
+                    compressed += usize::from(packed);
                     assert_ne!(
                         bytes[end - 1],
                         0,
                         "{compression}, {n} records, frame at {at}"
                     );
+                    // Without the end byte, this frame would end in zero.
+                    zero_before_end += usize::from(packed && bytes[end - 2] == 0);
                 }
             }
         }
+        assert!(compressed > 100, "{compressed} frames compressed");
+        assert!(zero_before_end > 0, "no compressed records ended in zero");
     }
 
     #[test]
@@ -863,6 +919,12 @@ mod tests {
         bytes.push(codec);
         bytes.extend_from_slice(&raw_len.to_le_bytes());
         bytes.extend_from_slice(packed);
+        bytes.push(COMPRESSED_END);
+        refixed(bytes)
+    }
+
+    /// `bytes` with the frame's length and checksum made right again.
+    fn refixed(mut bytes: Vec<u8>) -> Vec<u8> {
         let len = (bytes.len() - PREFIX) as u32;
         bytes[..4].copy_from_slice(&len.to_le_bytes());
         let crc = crc32c::crc32c(&bytes[PREFIX..]);
@@ -903,6 +965,17 @@ mod tests {
             &lz4_flex::block::compress(&three),
         );
         assert!(malformed(&three), "trailing records");
+        // Without its end byte, or with another one.
+        let mut cut = good.clone();
+        cut.pop();
+        assert!(malformed(&refixed(cut)), "no end byte");
+        let mut other = good.clone();
+        *other.last_mut().unwrap() = 0;
+        assert!(malformed(&refixed(other)), "end byte zero");
+        // Two records announcing more than a frame of several holds.
+        let mut two = forged(crate::codec::LZ4, (FRAME_BYTES + 1) as u32, &packed);
+        two[PREFIX + 11..PREFIX + 15].copy_from_slice(&2u32.to_le_bytes());
+        assert!(malformed(&refixed(two)), "several records over FRAME_BYTES");
         assert!(malformed(&forged(9, raw_len, &packed)), "unknown codec");
         assert!(
             malformed(&forged(crate::codec::LZ4, raw_len - 1, &packed)),

@@ -358,9 +358,8 @@ fn batch_ends_log(file: &File, mut at: u64, end: u64, batch_base: u64) -> std::i
 }
 
 /// Whether the file's last byte is zero. A frame never ends in one (its
-/// last bytes are a JSON value; a compressed frame's, an LZ4 block's
-/// closing literals, i.e. the same bytes, or a zstd block, whose
-/// bitstream ends in a marker bit), so only zeros written ahead do.
+/// last bytes are a JSON value; a compressed frame's, its end byte
+/// `0xB5`), so only zeros written ahead do.
 fn ends_with_zero(file: &File, file_len: u64) -> std::io::Result<bool> {
     if file_len == 0 {
         return Ok(false);
