@@ -477,6 +477,10 @@ impl EventBus for EmbeddedBus {
 
     #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "embedded", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
+        if self.inner.options.read_only {
+            // The writer may have changed the spec since this bus looked.
+            self.inner.discover()?;
+        }
         Ok(Some(self.inner.topic(topic)?.spec.clone()))
     }
 

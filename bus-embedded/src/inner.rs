@@ -66,7 +66,15 @@ impl Inner {
             Err(error) => return Err(error),
         };
         for spec in specs {
-            if read(&self.topics).contains_key(&spec.name) {
+            let known = read(&self.topics).get(&spec.name).cloned();
+            if let Some(known) = known {
+                // The writer may have changed the topic's compression (the
+                // only property that can change): follow it, so the spec
+                // this bus reports and provisions against is the stored one.
+                if known.spec != spec {
+                    let followed = Arc::new(known.with_spec(spec.clone()));
+                    write(&self.topics).insert(spec.name, followed);
+                }
                 continue;
             }
             let name = spec.name.clone();

@@ -171,6 +171,15 @@ impl Topic {
         })
     }
 
+    /// The same partitions under `spec` as read from the directory (a
+    /// read-only open following its writer): nothing saved or changed.
+    pub fn with_spec(&self, spec: TopicSpec) -> Topic {
+        Topic {
+            spec,
+            partitions: self.partitions.clone(),
+        }
+    }
+
     /// The partition `partition`, or the error naming the valid range.
     pub fn partition(&self, partition: u32) -> Result<&Arc<Partition>, BusError> {
         bus_core::check_partition(&self.spec.name, partition, self.spec.partitions)?;
