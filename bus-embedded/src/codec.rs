@@ -6,8 +6,6 @@ use std::cell::RefCell;
 
 use bus_core::Compression;
 
-use crate::frame::{Fault, MAX_BODY};
-
 /// Codec byte of an LZ4 block.
 pub(crate) const LZ4: u8 = 1;
 /// Codec byte of a Zstandard frame.
@@ -108,18 +106,17 @@ thread_local! {
 /// bytes long. Nothing is allocated beyond `raw_len` bytes, so a frame that
 /// announces little and expands to much is refused, not followed; an
 /// unknown codec, an oversized `raw_len`, a decompression error or a length
-/// other than `raw_len` are all [`Fault::Malformed`].
+/// other than `raw_len` are all refused with the reason (the caller's
+/// malformed frame). `limit` is the most any frame may announce.
 pub(crate) fn decompress(
     codec: u8,
     packed: &[u8],
     raw_len: u32,
+    limit: u64,
     out: &mut Vec<u8>,
-) -> Result<(), Fault> {
-    let malformed = |why: String| Fault::Malformed(why);
-    if u64::from(raw_len) > MAX_BODY {
-        return Err(malformed(format!(
-            "compressed records announce {raw_len} bytes"
-        )));
+) -> Result<(), String> {
+    if u64::from(raw_len) > limit {
+        return Err(format!("compressed records announce {raw_len} bytes"));
     }
     // The most a codec's format can expand `packed` to: an LZ4 block
     // spends at least one byte per 255 bytes of output, a zstd block at
@@ -128,40 +125,39 @@ pub(crate) fn decompress(
     let most = match codec {
         LZ4 => packed.len().saturating_mul(255).saturating_add(64),
         ZSTD => packed.len().saturating_mul(1 << 15).saturating_add(1 << 17),
-        _ => return Err(malformed(format!("unknown codec {codec}"))),
+        _ => return Err(format!("unknown codec {codec}")),
     };
-    let raw_len = usize::try_from(raw_len).map_err(|e| malformed(e.to_string()))?;
+    let raw_len = usize::try_from(raw_len).map_err(|e| e.to_string())?;
     if raw_len > most {
-        return Err(malformed(format!(
+        return Err(format!(
             "{} compressed bytes announce {raw_len} bytes, more than the codec can expand them to",
             packed.len()
-        )));
+        ));
     }
     out.clear();
     out.resize(raw_len, 0);
     let written = if codec == LZ4 {
-        lz4_flex::block::decompress_into(packed, out).map_err(|e| malformed(format!("lz4: {e}")))?
+        lz4_flex::block::decompress_into(packed, out).map_err(|e| format!("lz4: {e}"))?
     } else {
         ZSTD_READER.with(|cell| {
             let mut cell = cell.borrow_mut();
             if cell.is_none() {
                 *cell = Some(
-                    zstd::bulk::Decompressor::new()
-                        .map_err(|e| malformed(format!("zstd context: {e}")))?,
+                    zstd::bulk::Decompressor::new().map_err(|e| format!("zstd context: {e}"))?,
                 );
             }
             let Some(decompressor) = cell.as_mut() else {
-                return Err(malformed("zstd context".to_owned()));
+                return Err("zstd context".to_owned());
             };
             decompressor
                 .decompress_to_buffer(packed, out.as_mut_slice())
-                .map_err(|e| malformed(format!("zstd: {e}")))
+                .map_err(|e| format!("zstd: {e}"))
         })?
     };
     if written != raw_len {
-        return Err(malformed(format!(
+        return Err(format!(
             "records decompress to {written} bytes, not the {raw_len} announced"
-        )));
+        ));
     }
     Ok(())
 }
@@ -170,6 +166,9 @@ pub(crate) fn decompress(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A frame's limit (`frame::MAX_BODY`).
+    const LIMIT: u64 = 1 << 31;
 
     fn packed(compression: Compression, raw: &[u8]) -> (u8, Vec<u8>) {
         let mut encoder = Encoder::new(compression);
@@ -187,7 +186,14 @@ mod tests {
         for compression in [Compression::Lz4, Compression::Zstd] {
             let (codec, bytes) = packed(compression, &raw);
             assert!(bytes.len() < raw.len() / 4, "{compression}");
-            decompress(codec, &bytes, u32::try_from(raw.len()).unwrap(), &mut out).unwrap();
+            decompress(
+                codec,
+                &bytes,
+                u32::try_from(raw.len()).unwrap(),
+                LIMIT,
+                &mut out,
+            )
+            .unwrap();
             assert_eq!(out, raw);
         }
         assert_eq!(Encoder::new(Compression::None).compress_raw(&mut out), None);
@@ -201,30 +207,27 @@ mod tests {
             let (codec, bytes) = packed(compression, &raw);
             // Announcing less than it expands to: refused within the bound.
             let mut fresh = Vec::new();
-            let short = decompress(codec, &bytes, 100, &mut fresh);
-            assert!(matches!(short, Err(Fault::Malformed(_))), "{compression}");
+            let short = decompress(codec, &bytes, 100, LIMIT, &mut fresh);
+            assert!(matches!(short, Err(_)), "{compression}");
             assert!(
                 fresh.capacity() < 1000,
                 "allocated past the announced length"
             );
-            let long = decompress(codec, &bytes, 20_000, &mut out);
-            assert!(matches!(long, Err(Fault::Malformed(_))), "{compression}");
-            let cut = decompress(codec, &bytes[..bytes.len() / 2], 10_000, &mut out);
-            assert!(matches!(cut, Err(Fault::Malformed(_))), "{compression}");
+            let long = decompress(codec, &bytes, 20_000, LIMIT, &mut out);
+            assert!(matches!(long, Err(_)), "{compression}");
+            let cut = decompress(codec, &bytes[..bytes.len() / 2], 10_000, LIMIT, &mut out);
+            assert!(matches!(cut, Err(_)), "{compression}");
         }
+        assert!(matches!(decompress(7, b"x", 1, LIMIT, &mut out), Err(_)));
         assert!(matches!(
-            decompress(7, b"x", 1, &mut out),
-            Err(Fault::Malformed(_))
-        ));
-        assert!(matches!(
-            decompress(LZ4, b"x", u32::MAX, &mut out),
-            Err(Fault::Malformed(_))
+            decompress(LZ4, b"x", u32::MAX, LIMIT, &mut out),
+            Err(_)
         ));
         // A few bytes announcing megabytes: refused before allocating.
         let mut fresh = Vec::new();
         for codec in [LZ4, ZSTD] {
-            let bomb = decompress(codec, &[0; 8], 64 << 20, &mut fresh);
-            assert!(matches!(bomb, Err(Fault::Malformed(_))));
+            let bomb = decompress(codec, &[0; 8], 64 << 20, LIMIT, &mut fresh);
+            assert!(matches!(bomb, Err(_)));
             assert_eq!(fresh.capacity(), 0);
         }
     }
@@ -236,7 +239,14 @@ mod tests {
         let mut out = Vec::new();
         for compression in [Compression::Lz4, Compression::Zstd] {
             let (codec, bytes) = packed(compression, &raw);
-            decompress(codec, &bytes, u32::try_from(raw.len()).unwrap(), &mut out).unwrap();
+            decompress(
+                codec,
+                &bytes,
+                u32::try_from(raw.len()).unwrap(),
+                LIMIT,
+                &mut out,
+            )
+            .unwrap();
             assert_eq!(out.len(), raw.len(), "{compression}");
         }
     }

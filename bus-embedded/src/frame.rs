@@ -427,7 +427,8 @@ pub(crate) fn decode<'a>(
                 "compressed records of several records announce {raw_len} bytes"
             )));
         }
-        crate::codec::decompress(codec, packed, raw_len, raw)?;
+        crate::codec::decompress(codec, packed, raw_len, MAX_BODY, raw)
+            .map_err(Fault::Malformed)?;
         let raw: &'a Vec<u8> = raw;
         (Some(codec), raw.as_slice())
     };
