@@ -135,7 +135,7 @@ impl KafkaBus {
             .await?
             .into_iter()
             .next()
-            .ok_or_else(|| BusError::backend("kafka", "kafka: no delivery"))
+            .ok_or_else(|| BusError::backend("kafka", "no delivery"))
     }
 }
 
@@ -209,7 +209,7 @@ async fn produce_async(
         };
         *slot = Some(match outcome {
             Ok(offset) => u64::try_from(offset).map_err(|_| {
-                BusError::backend("kafka", "kafka: delivery report without an offset")
+                BusError::backend("kafka", "delivery report without an offset")
             }),
             Err(error) => {
                 core.heal_producer(kind, &producer);

@@ -299,18 +299,23 @@ pub(crate) fn retry<C: ClientContext, T>(
     mut attempt: impl FnMut() -> Result<T, KafkaError>,
 ) -> Result<T, BusError> {
     let mut pause = Duration::from_millis(2);
+    let mut tries = 0u32;
     loop {
         let error = match attempt() {
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
-        if stale_metadata(&error) {
+        tries += 1;
+        let stale = stale_metadata(&error);
+        if stale {
             // Fails too while the broker is down; the next try tells.
             let _ = client.fetch_metadata(None, remaining(deadline).min(METADATA_REFRESH));
         }
         if Instant::now() + pause >= deadline {
+            tracing::warn!(operation = what, tries, %error, "kafka: gave up retrying at the deadline");
             return Err(map_error(options, what, error));
         }
+        tracing::debug!(operation = what, tries, %error, metadata_refreshed = stale, "kafka: retrying");
         std::thread::park_timeout(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }

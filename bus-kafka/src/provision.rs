@@ -249,7 +249,7 @@ pub(crate) fn delete_topics(
             {
                 return Err(BusError::backend(
                     "kafka",
-                    format!("kafka: deleting topic {name:?} failed: {code}"),
+                    format!("deleting topic {name:?} failed: {code}"),
                 ));
             }
         }
@@ -279,7 +279,7 @@ fn create(
                 return Err(BusError::backend(
                     "kafka",
                     format!(
-                        "kafka: creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
+                        "creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
                     ),
                 ));
             }

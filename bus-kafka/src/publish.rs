@@ -188,7 +188,7 @@ pub(crate) fn deliver<'a>(
         outstanding -= 1;
         out[index] = Some(match outcome {
             Ok(offset) => u64::try_from(offset).map_err(|_| {
-                BusError::backend("kafka", "kafka: delivery report without an offset")
+                BusError::backend("kafka", "delivery report without an offset")
             }),
             Err(error) => {
                 core.heal_producer(kind, &producer);
@@ -227,7 +227,7 @@ impl KafkaBus {
         offsets
             .into_iter()
             .next()
-            .ok_or_else(|| BusError::backend("kafka", "kafka: no delivery"))?
+            .ok_or_else(|| BusError::backend("kafka", "no delivery"))?
             .map(ack)
     }
 
@@ -333,7 +333,7 @@ fn publish_deduplicated(
                     Some(Ok(offset)) => {
                         guards[slot].settle();
                         out[i] = Some(u64::try_from(offset).map_err(|_| {
-                            BusError::backend("kafka", "kafka: delivery report without an offset")
+                            BusError::backend("kafka", "delivery report without an offset")
                         }));
                         continue;
                     }
@@ -375,14 +375,14 @@ fn publish_deduplicated(
             Some(Ok(offset)) => Ok(*offset),
             _ => Err(BusError::backend(
                 "kafka",
-                "kafka: the first record with this UID in the batch failed".to_owned(),
+                "the first record with this UID in the batch failed".to_owned(),
             )),
         });
     }
     Ok(out
         .into_iter()
         .map(|result| {
-            result.unwrap_or_else(|| Err(BusError::backend("kafka", "kafka: no delivery")))
+            result.unwrap_or_else(|| Err(BusError::backend("kafka", "no delivery")))
         })
         .collect())
 }
