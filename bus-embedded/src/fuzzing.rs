@@ -10,6 +10,7 @@ use crate::frame::{self, NewRecord, PREFIX};
 use crate::index::{self, SegmentIndex, UidIndex};
 use crate::segment;
 use crate::uidmap::UidMap;
+use bus_core::BusError;
 
 /// A record to encode into a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +65,7 @@ pub struct DecodedFrame {
 pub const FRAME_PREFIX: usize = PREFIX;
 
 /// Encodes one (closing) frame the way the partition writer does.
-pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, String> {
+pub fn encode_frame(base: u64, stored_at: u64, records: &[Record]) -> Result<Vec<u8>, BusError> {
     encode_frame_as(frame::VERSION_1, false, 0, base, stored_at, records)
 }
 
@@ -77,7 +78,7 @@ pub fn encode_frame_as(
     base: u64,
     stored_at: u64,
     records: &[Record],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, BusError> {
     let records = new_records(records);
     let mut out = Vec::new();
     frame::encode_into(
@@ -88,7 +89,8 @@ pub fn encode_frame_as(
         base,
         stored_at,
         &records.iter().collect::<Vec<_>>(),
-    )?;
+    )
+    .map_err(unencodable)?;
     Ok(out)
 }
 
@@ -101,7 +103,7 @@ pub fn encode_frame_compressed(
     base: u64,
     stored_at: u64,
     records: &[Record],
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, BusError> {
     let records = new_records(records);
     let refs: Vec<&NewRecord> = records.iter().collect();
     let mut out = Vec::new();
@@ -114,7 +116,9 @@ pub fn encode_frame_compressed(
         stored_at,
         &refs,
         &mut encoder,
-    )? {
+    )
+    .map_err(unencodable)?
+    {
         frame::encode_into(
             &mut out,
             frame::VERSION,
@@ -123,9 +127,16 @@ pub fn encode_frame_compressed(
             base,
             stored_at,
             &refs,
-        )?;
+        )
+        .map_err(unencodable)?;
     }
     Ok(out)
+}
+
+/// Records the frame format cannot hold (a tag over `u16::MAX` bytes, a
+/// frame over its limit).
+fn unencodable(why: String) -> BusError {
+    BusError::invalid("records", why)
 }
 
 fn new_records(records: &[Record]) -> Vec<NewRecord> {
@@ -141,19 +152,22 @@ fn new_records(records: &[Record]) -> Vec<NewRecord> {
 }
 
 /// Decodes the frame at the start of `bytes`, reading as much body as its
-/// prefix announces (as the segment reader does); `Err` says why not.
-pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, String> {
+/// prefix announces (as the segment reader does); `Err` (an argument error
+/// on `bytes`) says why not.
+pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, BusError> {
+    let not_a_frame = |why: String| BusError::invalid("frame", why);
     let prefix: [u8; PREFIX] = bytes
         .get(..PREFIX)
         .and_then(|p| p.try_into().ok())
-        .ok_or("shorter than a prefix")?;
-    let len = usize::try_from(frame::body_len(&prefix)).map_err(|e| e.to_string())?;
+        .ok_or_else(|| not_a_frame("shorter than a prefix".to_owned()))?;
+    let len = usize::try_from(frame::body_len(&prefix)).map_err(|e| not_a_frame(e.to_string()))?;
     let body = bytes
         .get(PREFIX..)
         .and_then(|rest| rest.get(..len))
-        .ok_or("body cut short")?;
+        .ok_or_else(|| not_a_frame("body cut short".to_owned()))?;
     let mut raw = Vec::new();
-    let decoded = frame::decode(&prefix, body, &mut raw).map_err(|fault| fault.to_string())?;
+    let decoded =
+        frame::decode(&prefix, body, &mut raw).map_err(|fault| not_a_frame(fault.to_string()))?;
     Ok(DecodedFrame {
         version: decoded.version,
         continued: decoded.continued,
