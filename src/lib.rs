@@ -22,7 +22,7 @@
 //! | (always) | in-memory | `memory://` |
 //!
 //! Feature `async` adds `AsyncEventBus`, the operations as
-//! futures, on memory and every compiled-in backend but PostgreSQL (see the
+//! futures, on memory and every compiled-in backend (see the
 //! README's "The async surface").
 
 pub use bus_core::*;

@@ -208,9 +208,8 @@ async fn produce_async(
             continue;
         };
         *slot = Some(match outcome {
-            Ok(offset) => u64::try_from(offset).map_err(|_| {
-                BusError::backend("kafka", "delivery report without an offset")
-            }),
+            Ok(offset) => u64::try_from(offset)
+                .map_err(|_| BusError::backend("kafka", "delivery report without an offset")),
             Err(error) => {
                 core.heal_producer(kind, &producer);
                 Err(map_error(&core.options, "publish", error))

@@ -203,6 +203,12 @@ impl KafkaOptions {
     /// hosts is the same as the username and password parameters; with a
     /// username and no `sasl_mechanism`, SCRAM-SHA-512 is used. SASL without
     /// TLS is refused by [`KafkaOptions::validate`].
+    ///
+    /// Split by hand rather than by the `url` crate: a list of hosts
+    /// (`h1:PORT,h2:PORT`) is not an authority `url` accepts (it reads
+    /// `PORT,h2:PORT` as the port). Each part and query value is
+    /// percent-decoded by `bus_core::percent_decode` (the
+    /// `percent-encoding` crate).
     pub fn from_url(url: &str) -> Result<Self, BusError> {
         let (scheme, rest) = url
             .split_once("://")

@@ -187,9 +187,8 @@ pub(crate) fn deliver<'a>(
         };
         outstanding -= 1;
         out[index] = Some(match outcome {
-            Ok(offset) => u64::try_from(offset).map_err(|_| {
-                BusError::backend("kafka", "delivery report without an offset")
-            }),
+            Ok(offset) => u64::try_from(offset)
+                .map_err(|_| BusError::backend("kafka", "delivery report without an offset")),
             Err(error) => {
                 core.heal_producer(kind, &producer);
                 Err(map_error(&core.options, "publish", error))
@@ -381,8 +380,6 @@ fn publish_deduplicated(
     }
     Ok(out
         .into_iter()
-        .map(|result| {
-            result.unwrap_or_else(|| Err(BusError::backend("kafka", "no delivery")))
-        })
+        .map(|result| result.unwrap_or_else(|| Err(BusError::backend("kafka", "no delivery"))))
         .collect())
 }

@@ -102,6 +102,12 @@ impl NatsOptions {
     /// (`tls://` requires TLS). Query parameters: `prefix`, `timeout_ms`,
     /// `connect_timeout_ms`, `user`, `password`, `token`, `creds`, `tls`
     /// (`true`/`false`), `ca`, `cert` + `key`, `name`.
+    ///
+    /// Split by hand rather than by the `url` crate: a list of hosts
+    /// (`h1:PORT,h2:PORT`) is not an authority `url` accepts (it reads
+    /// `PORT,h2:PORT` as the port). Each part and query value is
+    /// percent-decoded by `bus_core::percent_decode` (the
+    /// `percent-encoding` crate).
     pub fn from_url(url: &str) -> Result<Self, BusError> {
         let (scheme, rest) = url
             .split_once("://")
