@@ -44,6 +44,16 @@ use crate::{BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, Store
 /// A boxed, `Send` future: what every [`AsyncEventBus`] method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// `future` boxed to run in `span` (see [`async_span!`](crate::async_span)):
+/// what an async-surface method returns, so its work is attributed to the
+/// operation as the sync surface's is.
+pub fn traced<'a, T>(
+    span: tracing::Span,
+    future: impl Future<Output = T> + Send + 'a,
+) -> BoxFuture<'a, T> {
+    Box::pin(tracing::Instrument::instrument(future, span))
+}
+
 /// The [`EventBus`](crate::EventBus) operations as futures. See the module
 /// documentation for where each backend waits.
 pub trait AsyncEventBus: Send + Sync {

@@ -40,18 +40,23 @@ macro_rules! publish_through_publish_one {
 /// `impl AsyncEventBus for X` block, `publish` and `publish_idempotent`
 /// over the inherent `async fn publish_one_async(&self, topic: &str, key:
 /// &str, value: &serde_json::Value, uid: Option<&str>) -> Result<PublishAck,
-/// BusError>`, the UID checked first.
+/// BusError>`, the UID checked first, each future in the span the sync
+/// surface opens (the argument is the backend's name).
 #[cfg(feature = "async")]
 #[macro_export]
 macro_rules! async_publish_through_publish_one {
-    () => {
+    ($backend:tt) => {
         fn publish<'a>(
             &'a self,
             topic: &'a str,
             key: &'a str,
             value: &'a ::serde_json::Value,
         ) -> $crate::BoxFuture<'a, ::std::result::Result<$crate::PublishAck, $crate::BusError>> {
-            ::std::boxed::Box::pin(self.publish_one_async(topic, key, value, None))
+            let span = ::tracing::info_span!("bus.publish", backend = $backend, topic = %topic);
+            ::std::boxed::Box::pin(::tracing::Instrument::instrument(
+                self.publish_one_async(topic, key, value, None),
+                span,
+            ))
         }
 
         fn publish_idempotent<'a>(
@@ -61,12 +66,36 @@ macro_rules! async_publish_through_publish_one {
             value: &'a ::serde_json::Value,
             event_uid: &'a str,
         ) -> $crate::BoxFuture<'a, ::std::result::Result<$crate::PublishAck, $crate::BusError>> {
-            ::std::boxed::Box::pin(async move {
-                $crate::validate_uid(event_uid)?;
-                self.publish_one_async(topic, key, value, Some(event_uid))
-                    .await
-            })
+            let span = ::tracing::info_span!(
+                "bus.publish_idempotent",
+                backend = $backend,
+                topic = %topic,
+                uid = %event_uid
+            );
+            ::std::boxed::Box::pin(::tracing::Instrument::instrument(
+                async move {
+                    $crate::validate_uid(event_uid)?;
+                    self.publish_one_async(topic, key, value, Some(event_uid))
+                        .await
+                },
+                span,
+            ))
         }
+    };
+}
+
+/// The span an async-surface operation's future runs in: the one the
+/// sync surface's `#[tracing::instrument]` opens for the same operation,
+/// e.g. `bus_core::async_span!("bus.fetch", "nats", topic, partition =
+/// partition)`.
+#[cfg(feature = "async")]
+#[macro_export]
+macro_rules! async_span {
+    ($name:literal, $backend:literal) => {
+        ::tracing::info_span!($name, backend = $backend)
+    };
+    ($name:literal, $backend:literal, $topic:expr $(, $field:ident = $value:expr)*) => {
+        ::tracing::info_span!($name, backend = $backend, topic = %$topic $(, $field = $value)*)
     };
 }
 

@@ -85,14 +85,22 @@ impl EmbeddedBus {
 }
 
 impl AsyncEventBus for EmbeddedBus {
-    bus_core::async_publish_through_publish_one!();
+    bus_core::async_publish_through_publish_one!("embedded");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(self.publish_batch_async(topic, records))
+        bus_core::traced(
+            bus_core::async_span!(
+                "bus.publish_batch",
+                "embedded",
+                topic,
+                records = records.len()
+            ),
+            self.publish_batch_async(topic, records),
+        )
     }
 
     bus_core::async_reads_through_blocking!(blocking);

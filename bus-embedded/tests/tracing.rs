@@ -158,3 +158,55 @@ fn operations_run_in_spans_naming_backend_and_topic() {
         );
     }
 }
+
+/// The async surface's futures run in the same spans as the sync calls.
+#[cfg(feature = "async")]
+#[test]
+fn async_operations_run_in_the_same_spans() {
+    use bus_core::AsyncEventBus;
+    use tracing_subscriber::fmt::format::FmtSpan;
+    let dir = tempfile::tempdir().unwrap();
+    let bus = open(dir.path());
+    provision(&bus, 1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let batch = [BatchRecord::new("k", value_for("b", 1))];
+    let run = || {
+        runtime.block_on(async {
+            AsyncEventBus::publish(&bus, TOPIC, "k", &value_for("a", 0))
+                .await
+                .unwrap();
+            AsyncEventBus::publish_idempotent(&bus, TOPIC, "k", &value_for("u", 0), "u7")
+                .await
+                .unwrap();
+            AsyncEventBus::publish_batch(&bus, TOPIC, &batch)
+                .await
+                .unwrap();
+        });
+    };
+    // Once before the subscriber, to register the callsites (see above).
+    run();
+    let out = Captured::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_span_events(FmtSpan::CLOSE)
+        .finish();
+    tracing::subscriber::with_default(subscriber, run);
+    let log = out.text();
+    for span in [
+        format!("bus.publish{{backend=\"embedded\" topic={TOPIC}}}"),
+        format!("bus.publish_idempotent{{backend=\"embedded\" topic={TOPIC} uid=u7}}"),
+        format!("bus.publish_batch{{backend=\"embedded\" topic={TOPIC} records=1}}"),
+    ] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(&span) && line.contains("close")),
+            "no closed span {span} in:\n{log}"
+        );
+    }
+}

@@ -225,14 +225,17 @@ async fn produce_async(
 }
 
 impl AsyncEventBus for KafkaBus {
-    bus_core::async_publish_through_publish_one!();
+    bus_core::async_publish_through_publish_one!("kafka");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(self.publish_async(topic, records.to_vec()))
+        bus_core::traced(
+            bus_core::async_span!("bus.publish_batch", "kafka", topic, records = records.len()),
+            self.publish_async(topic, records.to_vec()),
+        )
     }
 
     bus_core::async_reads_through_blocking!(blocking_async);

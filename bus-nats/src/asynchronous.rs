@@ -183,20 +183,23 @@ impl NatsBus {
 }
 
 impl AsyncEventBus for NatsBus {
-    bus_core::async_publish_through_publish_one!();
+    bus_core::async_publish_through_publish_one!("nats");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(async move {
-            let records: Vec<_> = records
-                .iter()
-                .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref()))
-                .collect();
-            self.publish_async(topic, &records).await
-        })
+        bus_core::traced(
+            bus_core::async_span!("bus.publish_batch", "nats", topic, records = records.len()),
+            async move {
+                let records: Vec<_> = records
+                    .iter()
+                    .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref()))
+                    .collect();
+                self.publish_async(topic, &records).await
+            },
+        )
     }
 
     fn fetch<'a>(
@@ -206,16 +209,26 @@ impl AsyncEventBus for NatsBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        Box::pin(bounded("fetch", self.shared.timeout, async move {
-            let state = self.topic_async(topic).await?;
-            check_partition(topic, partition, state.spec.partitions)?;
-            if max == 0 {
-                return Ok(Vec::new());
-            }
-            let shared = Arc::clone(&self.shared);
-            let messages = fetch::fetch(shared, state, partition, offset, max).await?;
-            fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
-        }))
+        bus_core::traced(
+            bus_core::async_span!(
+                "bus.fetch",
+                "nats",
+                topic,
+                partition = partition,
+                offset = offset,
+                max = max
+            ),
+            bounded("fetch", self.shared.timeout, async move {
+                let state = self.topic_async(topic).await?;
+                check_partition(topic, partition, state.spec.partitions)?;
+                if max == 0 {
+                    return Ok(Vec::new());
+                }
+                let shared = Arc::clone(&self.shared);
+                let messages = fetch::fetch(shared, state, partition, offset, max).await?;
+                fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
+            }),
+        )
     }
 
     fn find_event_by_uid<'a>(
@@ -224,11 +237,19 @@ impl AsyncEventBus for NatsBus {
         key: &'a str,
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        Box::pin(bounded(
-            "find_event_by_uid",
-            self.shared.timeout,
-            self.find_async(topic, key, event_uid),
-        ))
+        bus_core::traced(
+            bus_core::async_span!(
+                "bus.find_event_by_uid",
+                "nats",
+                topic,
+                uid = ::tracing::field::display(event_uid)
+            ),
+            bounded(
+                "find_event_by_uid",
+                self.shared.timeout,
+                self.find_async(topic, key, event_uid),
+            ),
+        )
     }
 
     fn offsets<'a>(
@@ -236,11 +257,14 @@ impl AsyncEventBus for NatsBus {
         topic: &'a str,
         partition: u32,
     ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        Box::pin(bounded("offsets", self.shared.timeout, async move {
-            let state = self.topic_async(topic).await?;
-            check_partition(topic, partition, state.spec.partitions)?;
-            fetch::offsets(Arc::clone(&self.shared), state, partition).await
-        }))
+        bus_core::traced(
+            bus_core::async_span!("bus.offsets", "nats", topic, partition = partition),
+            bounded("offsets", self.shared.timeout, async move {
+                let state = self.topic_async(topic).await?;
+                check_partition(topic, partition, state.spec.partitions)?;
+                fetch::offsets(Arc::clone(&self.shared), state, partition).await
+            }),
+        )
     }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
@@ -250,13 +274,16 @@ impl AsyncEventBus for NatsBus {
     }
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
-        Box::pin(bounded("provision", self.shared.timeout, async move {
-            manifest.validate()?;
-            for spec in topics::provision(&self.shared, manifest).await? {
-                self.shared.remember(spec);
-            }
-            Ok(())
-        }))
+        bus_core::traced(
+            bus_core::async_span!("bus.provision", "nats"),
+            bounded("provision", self.shared.timeout, async move {
+                manifest.validate()?;
+                for spec in topics::provision(&self.shared, manifest).await? {
+                    self.shared.remember(spec);
+                }
+                Ok(())
+            }),
+        )
     }
 
     fn subscribe<'a>(
@@ -267,19 +294,22 @@ impl AsyncEventBus for NatsBus {
         options: SubscribeOptions,
     ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
         let topic = topic.to_owned();
-        Box::pin(async move {
-            let bus = self.handle(tokio::runtime::Handle::current());
-            tokio::task::spawn_blocking(move || {
-                bus.subscribe_live(&topic, &selector, start, options)?
-                    .into_stream()
-            })
-            .await
-            .unwrap_or_else(|error| {
-                Err(BusError::backend(
-                    "nats",
-                    format!("subscribe did not finish: {error}"),
-                ))
-            })
-        })
+        bus_core::traced(
+            bus_core::async_span!("bus.subscribe", "nats", topic),
+            async move {
+                let bus = self.handle(tokio::runtime::Handle::current());
+                tokio::task::spawn_blocking(move || {
+                    bus.subscribe_live(&topic, &selector, start, options)?
+                        .into_stream()
+                })
+                .await
+                .unwrap_or_else(|error| {
+                    Err(BusError::backend(
+                        "nats",
+                        format!("subscribe did not finish: {error}"),
+                    ))
+                })
+            },
+        )
     }
 }

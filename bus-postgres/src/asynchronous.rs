@@ -99,19 +99,27 @@ impl PostgresBus {
 }
 
 impl AsyncEventBus for PostgresBus {
-    bus_core::async_publish_through_publish_one!();
+    bus_core::async_publish_through_publish_one!("postgres");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(async move {
-            for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
-                validate_uid(uid)?;
-            }
-            self.publish_async(topic, records).await
-        })
+        bus_core::traced(
+            bus_core::async_span!(
+                "bus.publish_batch",
+                "postgres",
+                topic,
+                records = records.len()
+            ),
+            async move {
+                for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
+                    validate_uid(uid)?;
+                }
+                self.publish_async(topic, records).await
+            },
+        )
     }
 
     fn fetch<'a>(
@@ -121,14 +129,24 @@ impl AsyncEventBus for PostgresBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        Box::pin(bounded("fetch", self.timeout(), async move {
-            let topic = self.topic_async(topic).await?;
-            check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-            if max == 0 {
-                return Ok(Vec::new());
-            }
-            fetch::fetch(&self.core.shared, &topic, partition, offset, max).await
-        }))
+        bus_core::traced(
+            bus_core::async_span!(
+                "bus.fetch",
+                "postgres",
+                topic,
+                partition = partition,
+                offset = offset,
+                max = max
+            ),
+            bounded("fetch", self.timeout(), async move {
+                let topic = self.topic_async(topic).await?;
+                check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+                if max == 0 {
+                    return Ok(Vec::new());
+                }
+                fetch::fetch(&self.core.shared, &topic, partition, offset, max).await
+            }),
+        )
     }
 
     fn find_event_by_uid<'a>(
@@ -137,16 +155,24 @@ impl AsyncEventBus for PostgresBus {
         key: &'a str,
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        Box::pin(bounded("find by UID", self.timeout(), async move {
-            let state = self.topic_async(topic).await?;
-            let partition = uid_partition(&state.spec, key, event_uid)?;
-            let found = fetch::find(&self.core.shared, &state, partition, event_uid).await?;
-            Ok(found.map(|offset| PublishAck {
-                topic: state.spec.name.clone(),
-                partition,
-                offset,
-            }))
-        }))
+        bus_core::traced(
+            bus_core::async_span!(
+                "bus.find_event_by_uid",
+                "postgres",
+                topic,
+                uid = ::tracing::field::display(event_uid)
+            ),
+            bounded("find by UID", self.timeout(), async move {
+                let state = self.topic_async(topic).await?;
+                let partition = uid_partition(&state.spec, key, event_uid)?;
+                let found = fetch::find(&self.core.shared, &state, partition, event_uid).await?;
+                Ok(found.map(|offset| PublishAck {
+                    topic: state.spec.name.clone(),
+                    partition,
+                    offset,
+                }))
+            }),
+        )
     }
 
     fn offsets<'a>(
@@ -154,11 +180,14 @@ impl AsyncEventBus for PostgresBus {
         topic: &'a str,
         partition: u32,
     ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        Box::pin(bounded("offsets", self.timeout(), async move {
-            let topic = self.topic_async(topic).await?;
-            check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-            fetch::offsets(&self.core.shared, &topic, partition).await
-        }))
+        bus_core::traced(
+            bus_core::async_span!("bus.offsets", "postgres", topic, partition = partition),
+            bounded("offsets", self.timeout(), async move {
+                let topic = self.topic_async(topic).await?;
+                check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+                fetch::offsets(&self.core.shared, &topic, partition).await
+            }),
+        )
     }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
@@ -168,10 +197,13 @@ impl AsyncEventBus for PostgresBus {
     }
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
-        Box::pin(bounded("provision", self.timeout(), async move {
-            manifest.validate()?;
-            topics::provision(&self.core.shared, manifest).await
-        }))
+        bus_core::traced(
+            bus_core::async_span!("bus.provision", "postgres"),
+            bounded("provision", self.timeout(), async move {
+                manifest.validate()?;
+                topics::provision(&self.core.shared, manifest).await
+            }),
+        )
     }
 
     fn subscribe<'a>(
