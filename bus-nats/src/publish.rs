@@ -176,7 +176,7 @@ pub(crate) async fn send_all(
                 bus_core::metrics::stored("nats", name, 1, size as u64);
                 ack.sequence
             }
-            (Err(error), retry) => match failure(&shared, name, &what, size, &error) {
+            (Err(error), retry) => match failure(&shared, name, &what, size, error) {
                 PublishFailure::AlreadyStored(sequence) => match retry {
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => sequence,
@@ -232,7 +232,7 @@ fn failure(
     topic: &str,
     what: &str,
     size: usize,
-    error: &PublishError,
+    error: PublishError,
 ) -> PublishFailure {
     publish_failure(error, what, shared.timeout, size, shared.max_payload, topic)
 }
@@ -295,7 +295,7 @@ async fn settle(
         match acked {
             Ok(ack) if !ack.duplicate => return Ok(ack.sequence),
             Ok(_) => {}
-            Err(error) => match failure(shared, name, what, size, &error) {
+            Err(error) => match failure(shared, name, what, size, error) {
                 // Someone stored on the subject meanwhile: look again.
                 PublishFailure::AlreadyStored(_) => {}
                 // Another publish of this UID is being replicated: give it
