@@ -43,8 +43,8 @@ pub(crate) enum ApiFailure {
 impl ApiFailure {
     pub(crate) fn into_bus(self, what: &str, timeout: Duration) -> BusError {
         match self {
-            Self::Api(error) => api_error(what, &error),
-            Self::Request(error) => request_error(what, timeout, &error),
+            Self::Api(error) => api_error(what, error),
+            Self::Request(error) => request_error(what, timeout, error),
         }
     }
 }
@@ -64,22 +64,44 @@ pub(crate) fn out_of_service(code: ErrorCode) -> bool {
     .contains(&code)
 }
 
-/// An error answer of the JetStream API.
-pub(crate) fn api_error(what: &str, error: &jetstream::Error) -> BusError {
-    if out_of_service(error.error_code()) {
-        unavailable(format!("{what}: {error}"))
+/// An error answer of the JetStream API, kept as the `source()`.
+pub(crate) fn api_error(what: &str, error: jetstream::Error) -> BusError {
+    let (down, message) = refusal(what, &error);
+    refused(down, message, error)
+}
+
+/// Whether an API refusal means JetStream is down, and its message; read
+/// before the error that holds the refusal is moved into the result.
+fn refusal(what: &str, api: &jetstream::Error) -> (bool, String) {
+    if out_of_service(api.error_code()) {
+        (true, format!("{what}: {api}"))
     } else {
-        BusError::backend("nats", format!("{what}: JetStream refused: {error}"))
+        (false, format!("{what}: JetStream refused: {api}"))
     }
 }
 
-pub(crate) fn request_error(what: &str, timeout: Duration, error: &RequestError) -> BusError {
+fn refused(
+    down: bool,
+    message: String,
+    cause: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+) -> BusError {
+    if down {
+        unavailable_caused(message, cause)
+    } else {
+        BusError::backend_caused(BACKEND, message, cause)
+    }
+}
+
+/// A JetStream API request that got no usable answer, kept as the
+/// `source()` (a timeout is only a timeout).
+pub(crate) fn request_error(what: &str, timeout: Duration, error: RequestError) -> BusError {
     match error.kind() {
         RequestErrorKind::TimedOut => timed_out(what, timeout),
-        RequestErrorKind::NoResponders => unavailable(format!(
-            "{what}: no JetStream responders (is the server running with -js?)"
-        )),
-        _ => unavailable(format!("{what}: {error}")),
+        RequestErrorKind::NoResponders => unavailable_caused(
+            format!("{what}: no JetStream responders (is the server running with -js?)"),
+            error,
+        ),
+        _ => unavailable_caused(format!("{what}: {error}"), error),
     }
 }
 
@@ -101,8 +123,10 @@ pub(crate) enum PublishFailure {
     Other(BusError),
 }
 
+/// Inspects `error` first, then moves it into the mapped error as its
+/// `source()`.
 pub(crate) fn publish_failure(
-    error: &PublishError,
+    error: PublishError,
     what: &str,
     timeout: Duration,
     size: usize,
@@ -110,19 +134,20 @@ pub(crate) fn publish_failure(
     topic: &str,
 ) -> PublishFailure {
     match error.kind() {
-        PublishErrorKind::WrongLastSequence => match existing_sequence(error) {
+        PublishErrorKind::WrongLastSequence => match existing_sequence(&error) {
             Some(sequence) if sequence > 0 => PublishFailure::AlreadyStored(sequence),
             // A clustered stream refuses a conditional publish racing an
             // uncommitted one without naming the sequence (code 10164).
-            None if api_source(error).is_some_and(|api| {
+            None if api_source(&error).is_some_and(|api| {
                 api.error_code() == jetstream::ErrorCode(WRONG_LAST_SEQUENCE_CONSTANT)
             }) =>
             {
                 PublishFailure::InProcess
             }
-            _ => PublishFailure::Other(BusError::backend(
-                "nats",
+            _ => PublishFailure::Other(BusError::backend_caused(
+                BACKEND,
                 format!("{what}: conditional publish refused without a usable sequence: {error}"),
+                error,
             )),
         },
         // async-nats reports "no responders" as StreamNotFound.
@@ -139,15 +164,15 @@ pub(crate) fn publish_failure(
         PublishErrorKind::BrokenPipe => PublishFailure::Other(unavailable(format!(
             "{what}: connection lost before the ack"
         ))),
-        _ if api_source(error).is_some_and(|api| {
+        _ if api_source(&error).is_some_and(|api| {
             [DUPLICATE_IN_PROCESS, WRONG_LAST_SEQUENCE_CONSTANT].contains(&api.error_code().0)
         }) =>
         {
             PublishFailure::InProcess
         }
-        _ => PublishFailure::Other(match api_source(error) {
-            Some(api) => api_error(what, api),
-            None => BusError::backend("nats", format!("{what}: {error}")),
+        _ => PublishFailure::Other(match api_source(&error).map(|api| refusal(what, api)) {
+            Some((down, message)) => refused(down, message, error),
+            None => BusError::backend_caused(BACKEND, format!("{what}: {error}"), error),
         }),
     }
 }
@@ -176,4 +201,91 @@ fn existing_sequence(error: &PublishError) -> Option<u64> {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(1);
+
+    fn api(err_code: u64) -> jetstream::Error {
+        serde_json::from_value(serde_json::json!({
+            "code": 503,
+            "err_code": err_code,
+            "description": "refused for the test",
+        }))
+        .expect("a JetStream API error")
+    }
+
+    fn cause<E: std::error::Error + 'static>(error: &BusError) -> &E {
+        error
+            .source()
+            .expect("a source")
+            .downcast_ref::<E>()
+            .expect("the client's error type")
+    }
+
+    #[test]
+    fn an_api_refusal_keeps_the_servers_answer() {
+        let error = api_error("creating", api(ErrorCode::STREAM_NOT_FOUND.0));
+        assert!(matches!(error, BusError::Backend { .. }), "{error:?}");
+        assert_eq!(
+            cause::<jetstream::Error>(&error).error_code(),
+            ErrorCode::STREAM_NOT_FOUND
+        );
+
+        let error = api_error("creating", api(ErrorCode::JETSTREAM_NOT_ENABLED.0));
+        assert!(matches!(error, BusError::Unavailable { .. }), "{error:?}");
+        assert_eq!(
+            cause::<jetstream::Error>(&error).error_code(),
+            ErrorCode::JETSTREAM_NOT_ENABLED
+        );
+    }
+
+    #[test]
+    fn a_failed_request_keeps_the_clients_error() {
+        for kind in [RequestErrorKind::NoResponders, RequestErrorKind::Other] {
+            let error = request_error("looking up", TIMEOUT, RequestError::new(kind));
+            assert!(matches!(error, BusError::Unavailable { .. }), "{error:?}");
+            assert_eq!(cause::<RequestError>(&error).kind(), kind);
+        }
+        let error = request_error(
+            "looking up",
+            TIMEOUT,
+            RequestError::new(RequestErrorKind::TimedOut),
+        );
+        assert!(matches!(error, BusError::Timeout { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn a_failed_publish_keeps_the_clients_error() {
+        let refused =
+            PublishError::with_source(PublishErrorKind::Other, api(ErrorCode::STREAM_NOT_FOUND.0));
+        let PublishFailure::Other(error) = publish_failure(refused, "publish", TIMEOUT, 1, 1, "t")
+        else {
+            panic!("an API refusal is mapped");
+        };
+        assert!(matches!(error, BusError::Backend { .. }), "{error:?}");
+        let publish = cause::<PublishError>(&error);
+        assert!(
+            publish
+                .source()
+                .and_then(|source| source.downcast_ref::<jetstream::Error>())
+                .is_some(),
+            "the chain reaches the server's answer"
+        );
+
+        let plain = PublishError::new(PublishErrorKind::Other);
+        let PublishFailure::Other(error) = publish_failure(plain, "publish", TIMEOUT, 1, 1, "t")
+        else {
+            panic!("a client failure is mapped");
+        };
+        assert_eq!(
+            cause::<PublishError>(&error).kind(),
+            PublishErrorKind::Other
+        );
+    }
 }

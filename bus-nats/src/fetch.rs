@@ -116,6 +116,11 @@ pub(crate) async fn fetch_with(
     let name = topic.spec.name.as_str();
     let state = topic.partition(partition)?;
     let what = format!("fetch from topic {name:?} partition {partition}");
+    let reading = Reading {
+        what: &what,
+        topic: name,
+        partition,
+    };
     let clustered = shared.clustered;
     let mut start = offset.saturating_add(1);
     let mut end = state.known_end();
@@ -138,7 +143,7 @@ pub(crate) async fn fetch_with(
         let messages = if count <= DIRECT_MAX {
             direct(reads, start, count, &what).await?
         } else {
-            consume(shared, state, slot, reads, start, count, &what).await?
+            consume(shared, state, slot, reads, start, count, reading).await?
         };
         // Nothing where records were expected: retention took the front, or
         // the stream is not the one we knew. Ask the server once.
@@ -151,7 +156,7 @@ pub(crate) async fn fetch_with(
     };
     if clustered {
         let reads = Reads::new(&stream, clustered);
-        let more = top_up(shared, state, slot, reads, &mut messages, wanted, &what);
+        let more = top_up(shared, state, slot, reads, &mut messages, wanted, reading);
         // Whatever happens, what was read is a gap-free prefix to return.
         match tokio::time::timeout_at(top_up_deadline.into(), more).await {
             Ok(Ok(())) => {}
@@ -188,8 +193,9 @@ async fn top_up(
     reads: Reads<'_>,
     messages: &mut Vec<RawMessage>,
     wanted: u64,
-    what: &str,
+    reading: Reading<'_>,
 ) -> Result<(), BusError> {
+    let what = reading.what;
     while let Some(last) = messages.last().map(|message| message.sequence) {
         if last >= wanted {
             break;
@@ -198,7 +204,7 @@ async fn top_up(
         let more = if count <= DIRECT_MAX {
             direct(reads, start, count, what).await?
         } else {
-            consume(shared, state, slot, reads, start, count, what).await?
+            consume(shared, state, slot, reads, start, count, reading).await?
         };
         // Only what follows without a gap is kept.
         let before = messages.len();
@@ -269,10 +275,11 @@ async fn consume(
     reads: Reads<'_>,
     start: u64,
     count: u64,
-    what: &str,
+    reading: Reading<'_>,
 ) -> Result<Vec<RawMessage>, BusError> {
+    let what = reading.what;
     let mut slot = cursor_slot.lock().await;
-    for _attempt in 0..2 {
+    for attempt in 1..=2_u32 {
         let reusable = slot
             .as_ref()
             .is_some_and(|cursor| cursor.next == start && cursor.used.elapsed() < CURSOR_IDLE);
@@ -284,7 +291,7 @@ async fn consume(
         }
         let Some(cursor) = slot.as_mut() else { break };
         match read(cursor, count, state, !reusable).await {
-            Some(messages) if !messages.is_empty() => {
+            Ok(messages) => {
                 if let Some(last) = messages.last() {
                     cursor.next = last.sequence + 1;
                 }
@@ -295,31 +302,77 @@ async fn consume(
                 }
                 return Ok(messages);
             }
-            // Empty although the stream holds records, a gap or an error:
-            // the consumer is gone (server restart, idle expiry) or lost
-            // messages. Try a new one.
-            Some(_) | None => {
+            // The consumer is gone (server restart, idle expiry), lost
+            // messages or failed: try a new one.
+            Err(broken) => {
+                tracing::warn!(
+                    topic = reading.topic,
+                    partition = reading.partition,
+                    stream = %state.stream,
+                    attempt,
+                    error = %broken,
+                    "nats: discarding a read cursor; reading through a new one"
+                );
                 if let Some(old) = slot.take() {
                     discard(shared, old);
                 }
             }
         }
     }
+    tracing::warn!(
+        topic = reading.topic,
+        partition = reading.partition,
+        stream = %state.stream,
+        "nats: no read cursor delivered; falling back to point reads"
+    );
     direct(reads, start, count.min(DIRECT_MAX), what).await
+}
+
+/// Why a read cursor can no longer be trusted.
+#[derive(Debug)]
+enum Broken {
+    /// Nothing came although the stream holds the records.
+    Empty,
+    /// Its read-ahead request stalled (a reconnect forgets pull requests).
+    Stalled,
+    /// A delivered message did not follow the one before.
+    Gap,
+    /// The pull request failed.
+    Failed(async_nats::Error),
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Empty => f.write_str("nothing delivered where records are stored"),
+            Self::Stalled => f.write_str("its read-ahead request stalled"),
+            Self::Gap => f.write_str("a gap in the delivered messages"),
+            Self::Failed(error) => write!(f, "pull failed: {error}"),
+        }
+    }
+}
+
+/// What a read is for: the operation's name for errors, and the topic and
+/// partition for logs.
+#[derive(Clone, Copy)]
+struct Reading<'a> {
+    what: &'a str,
+    topic: &'a str,
+    partition: u32,
 }
 
 /// The cursor's next `count` messages (all known to be stored): first
 /// what the read-ahead request brought, then a pull for the rest. Ends
-/// early, without waiting, when the consumer has nothing more. `None` when
-/// the cursor cannot be trusted any more (an error, a stalled request or a
-/// gap). A `fresh` cursor may start past its start sequence (retention
+/// early, without waiting, when the consumer has nothing more. [`Broken`]
+/// when the cursor cannot be trusted any more (nothing delivered, an error,
+/// a stalled request or a gap). A `fresh` cursor may start past its start sequence (retention
 /// took the front); a reused one must continue exactly where it stopped.
 async fn read(
     cursor: &mut Cursor,
     count: u64,
     state: &PartitionState,
     fresh: bool,
-) -> Option<Vec<RawMessage>> {
+) -> Result<Vec<RawMessage>, Broken> {
     let wanted = usize::try_from(count).unwrap_or(usize::MAX);
     let mut run = Run {
         out: Vec::with_capacity(wanted.min(PREALLOCATE_MAX)),
@@ -333,7 +386,7 @@ async fn read(
         };
         match tokio::time::timeout(AHEAD_STALL, ahead.batch.next()).await {
             Ok(Some(Ok(message))) => {
-                run.push(message)?;
+                run.push(message).ok_or(Broken::Gap)?;
                 ahead.left -= 1;
                 if ahead.left == 0 {
                     cursor.ahead = None;
@@ -342,21 +395,26 @@ async fn read(
             // The request is answered (also when the server ended it at its
             // byte limit: every message it held came first).
             Ok(None | Some(Err(_))) => cursor.ahead = None,
-            Err(_) => return None,
+            Err(_) => return Err(Broken::Stalled),
         }
     }
     if run.out.is_empty() {
-        let mut batch = request(&cursor.consumer, count, usize::MAX).await.ok()?;
+        let mut batch = request(&cursor.consumer, count, usize::MAX)
+            .await
+            .map_err(Broken::Failed)?;
         while run.out.len() < wanted {
             match batch.next().await {
-                Some(Ok(message)) => run.push(message)?,
-                Some(Err(_)) => return None,
+                Some(Ok(message)) => run.push(message).ok_or(Broken::Gap)?,
+                Some(Err(error)) => return Err(Broken::Failed(error)),
                 None => break,
             }
         }
     }
+    if run.out.is_empty() {
+        return Err(Broken::Empty);
+    }
     state.saw(run.end);
-    Some(run.out)
+    Ok(run.out)
 }
 
 /// Messages read in one call, checked to follow each other.

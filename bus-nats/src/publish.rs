@@ -134,6 +134,7 @@ pub(crate) async fn send_all(
         };
         if let (Some((subject, payload, _)), Some(headers)) = (&retry, &headers) {
             let mut stream_exists = false;
+            let mut resends = 0_u32;
             while let Err(error) = &acked {
                 let pause = match error.kind() {
                     PublishErrorKind::TimedOut => Duration::ZERO,
@@ -152,8 +153,23 @@ pub(crate) async fn send_all(
                     _ => break,
                 };
                 if tokio::time::Instant::now() + pause + RESEND_INTERVAL > deadline {
+                    tracing::warn!(
+                        topic = name,
+                        partition,
+                        attempts = resends + 1,
+                        error = %error,
+                        "nats: giving up resending a UID record: the publish timeout is near"
+                    );
                     break;
                 }
+                resends += 1;
+                tracing::debug!(
+                    topic = name,
+                    partition,
+                    attempt = resends + 1,
+                    error = %error,
+                    "nats: resending a UID record"
+                );
                 tokio::time::sleep(pause).await;
                 acked = match shared
                     .resend_js
@@ -176,7 +192,7 @@ pub(crate) async fn send_all(
                 bus_core::metrics::stored("nats", name, 1, size as u64);
                 ack.sequence
             }
-            (Err(error), retry) => match failure(&shared, name, &what, size, &error) {
+            (Err(error), retry) => match failure(&shared, name, &what, size, error) {
                 PublishFailure::AlreadyStored(sequence) => match retry {
                     Some(retry) => settle(&shared, &topic, partition, &retry, &what).await?,
                     None => sequence,
@@ -232,7 +248,7 @@ fn failure(
     topic: &str,
     what: &str,
     size: usize,
-    error: &PublishError,
+    error: PublishError,
 ) -> PublishFailure {
     publish_failure(error, what, shared.timeout, size, shared.max_payload, topic)
 }
@@ -294,18 +310,44 @@ async fn settle(
         };
         match acked {
             Ok(ack) if !ack.duplicate => return Ok(ack.sequence),
-            Ok(_) => {}
-            Err(error) => match failure(shared, name, what, size, &error) {
+            Ok(ack) => tracing::debug!(
+                topic = name,
+                partition,
+                attempt,
+                duplicate_of = ack.sequence,
+                "nats: a UID record's conditional publish was a duplicate; looking again"
+            ),
+            Err(error) => match failure(shared, name, what, size, error) {
                 // Someone stored on the subject meanwhile: look again.
-                PublishFailure::AlreadyStored(_) => {}
+                PublishFailure::AlreadyStored(stored) => tracing::debug!(
+                    topic = name,
+                    partition,
+                    attempt,
+                    stored,
+                    "nats: a UID record's subject changed meanwhile; looking again"
+                ),
                 // Another publish of this UID is being replicated: give it
                 // a moment (backoff, bounded by the operation timeout) and
                 // look again, without spending an attempt.
                 PublishFailure::InProcess => {
                     let pause = std::time::Duration::from_millis(1 << in_process_waits.min(6));
                     if waited + pause > shared.timeout {
+                        tracing::warn!(
+                            topic = name,
+                            partition,
+                            attempt,
+                            waits = in_process_waits,
+                            "nats: giving up on a UID record another publish keeps in process"
+                        );
                         return Err(crate::errors::timed_out(what, shared.timeout));
                     }
+                    tracing::debug!(
+                        topic = name,
+                        partition,
+                        attempt,
+                        pause_ms = pause.as_millis(),
+                        "nats: a UID record is in process elsewhere; waiting"
+                    );
                     waited += pause;
                     in_process_waits += 1;
                     attempt -= 1;
@@ -318,6 +360,12 @@ async fn settle(
             },
         }
     }
+    tracing::warn!(
+        topic = name,
+        partition,
+        attempts = MAX_SETTLE_ATTEMPTS,
+        "nats: giving up storing a UID record: its subject kept changing"
+    );
     Err(BusError::backend(
         "nats",
         format!(

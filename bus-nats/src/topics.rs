@@ -174,7 +174,7 @@ async fn create_partition(
             Err(match error.kind() {
                 CreateStreamErrorKind::TimedOut => timed_out(&what, shared.timeout),
                 CreateStreamErrorKind::JetStreamUnavailable => {
-                    unavailable(format!("{what}: {error}"))
+                    unavailable_caused(format!("{what}: {error}"), error)
                 }
                 CreateStreamErrorKind::JetStream(api)
                     if spec.replication_factor > 1
@@ -187,8 +187,8 @@ async fn create_partition(
                 {
                     replication_too_large(index, spec, &api.to_string())
                 }
-                CreateStreamErrorKind::JetStream(api) => api_error(&what, &api),
-                _ => BusError::backend("nats", format!("{what}: {error}")),
+                CreateStreamErrorKind::JetStream(api) => api_error(&what, api),
+                _ => BusError::backend_caused("nats", format!("{what}: {error}"), error),
             })
         }
     }

@@ -11,8 +11,8 @@
 use bus_core::BusError;
 use bus_core::auth::RecordAuth;
 
-use crate::errors::unavailable;
-use crate::get::Reads;
+use crate::errors::unavailable_caused;
+use crate::get::{ReadError, Reads};
 use crate::record::{RawMessage, from_stream_message, is_authentic};
 
 /// Messages read per UID subject looking for the first authentic one; past
@@ -46,15 +46,15 @@ impl UidSubject<'_> {
         is_authentic(self.topic, self.partition, self.auth, self.uid, message)
     }
 
-    fn failed(&self, error: &impl std::fmt::Display) -> BusError {
-        unavailable(format!("{}: {error}", self.what))
+    fn failed(&self, error: ReadError) -> BusError {
+        unavailable_caused(format!("{}: {error}", self.what), error)
     }
 
     /// The subject's last message, `None` when it is empty.
     async fn last(&self) -> Result<Option<RawMessage>, BusError> {
         match self.reads.last_on(self.subject).await {
             Ok(message) => Ok(message.map(from_stream_message)),
-            Err(error) => Err(self.failed(&error)),
+            Err(error) => Err(self.failed(error)),
         }
     }
 
@@ -62,7 +62,7 @@ impl UidSubject<'_> {
     async fn next(&self, from: u64) -> Result<Option<RawMessage>, BusError> {
         match self.reads.next_on(self.subject, from).await {
             Ok(message) => Ok(message.map(from_stream_message)),
-            Err(error) => Err(self.failed(&error)),
+            Err(error) => Err(self.failed(error)),
         }
     }
 
