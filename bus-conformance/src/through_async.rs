@@ -1,7 +1,7 @@
 //! The suite through the async surface (feature `async`): [`ThroughAsync`]
 //! presents an [`AsyncEventBus`] as an [`EventBus`], so every case runs its
-//! publishes, fetches, lookups, offsets and provisioning through the
-//! backend's async code.
+//! publishes, fetches, lookups, offsets, provisioning, topic listing,
+//! topic specs and maintenance through the backend's async code.
 
 use std::future::Future;
 
@@ -14,8 +14,7 @@ use bus_core::{
 /// surface where that has them, each awaited on the calling thread with a
 /// runtime of the wrapper's own entered (two workers, for the backend's
 /// timers and blocking pool). The methods the async surface lacks
-/// (`topics`, `maintenance`, `set_control_key`, `capabilities`,
-/// `topic_spec`) and `subscribe` (the cases need the sync
+/// (`set_control_key`, `capabilities`: no I/O) and `subscribe` (the cases need the sync
 /// [`Subscription`]; the stream adapter has tests of its own) go to the
 /// sync trait.
 pub struct ThroughAsync<B> {
@@ -124,11 +123,14 @@ impl<B: EventBus + AsyncEventBus> EventBus for ThroughAsync<B> {
     }
 
     fn topics(&self) -> Vec<String> {
-        EventBus::topics(&self.bus)
+        // The sync call has no error to return; a failure here is the
+        // async surface's, and fails the case.
+        self.wait(AsyncEventBus::topics(&self.bus))
+            .unwrap_or_else(|error| panic!("AsyncEventBus::topics failed: {error}"))
     }
 
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
-        EventBus::maintenance(&self.bus, now_ms)
+        self.wait(AsyncEventBus::maintenance(&self.bus, now_ms))
     }
 
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
@@ -140,7 +142,7 @@ impl<B: EventBus + AsyncEventBus> EventBus for ThroughAsync<B> {
     }
 
     fn topic_spec(&self, topic: &str) -> Result<Option<TopicSpec>, BusError> {
-        EventBus::topic_spec(&self.bus, topic)
+        self.wait(AsyncEventBus::topic_spec(&self.bus, topic))
     }
 
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {

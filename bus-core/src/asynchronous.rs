@@ -39,10 +39,36 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::subscription::{Selector, StartAt, SubscribeOptions, SubscriptionStream};
-use crate::{BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, StoredEvent};
+use crate::{
+    BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, StoredEvent, TopicSpec,
+};
 
 /// A boxed, `Send` future: what every [`AsyncEventBus`] method returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs `work` on the caller's tokio runtime's blocking pool (never a
+/// worker thread): what a backend's async surface does with a call that
+/// only has a blocking form (files, librdkafka's consumer, rare
+/// administrative calls). `backend` and `what` name it if the pool drops
+/// it (a runtime shutting down).
+pub async fn on_blocking_pool<T, F>(
+    backend: &'static str,
+    what: &'static str,
+    work: F,
+) -> Result<T, BusError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, BusError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|error| {
+            Err(BusError::backend(
+                backend,
+                format!("{what} did not finish: {error}"),
+            ))
+        })
+}
 
 /// `future` boxed to run in `span` (see [`async_span!`](crate::async_span)):
 /// what an async-surface method returns, so its work is attributed to the
@@ -111,6 +137,19 @@ pub trait AsyncEventBus: Send + Sync {
     /// `EventBus::provision`.
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>>;
 
+    /// `EventBus::topics`: the names of the provisioned topics.
+    fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>>;
+
+    /// `EventBus::topic_spec`.
+    fn topic_spec<'a>(
+        &'a self,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<TopicSpec>, BusError>>;
+
+    /// `EventBus::maintenance`: retention applied as of `now_ms`; the
+    /// records expired.
+    fn maintenance<'a>(&'a self, now_ms: u64) -> BoxFuture<'a, Result<u64, BusError>>;
+
     /// `EventBus::subscribe`, as a `Stream` of items (see
     /// [`SubscriptionStream`]).
     fn subscribe<'a>(
@@ -149,6 +188,15 @@ macro_rules! forward_async_event_bus {
             }
             fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
                 (**self).provision(manifest)
+            }
+            fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>> {
+                (**self).topics()
+            }
+            fn topic_spec<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<Option<TopicSpec>, BusError>> {
+                (**self).topic_spec(topic)
+            }
+            fn maintenance<'a>(&'a self, now_ms: u64) -> BoxFuture<'a, Result<u64, BusError>> {
+                (**self).maintenance(now_ms)
             }
             fn subscribe<'a>(&'a self, topic: &'a str, selector: Selector, start: StartAt, options: SubscribeOptions) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
                 (**self).subscribe(topic, selector, start, options)
@@ -225,6 +273,21 @@ impl AsyncEventBus for crate::memory::MemoryBus {
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
         Box::pin(async move { crate::EventBus::provision(self, manifest) })
+    }
+
+    fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>> {
+        Box::pin(async move { Ok(crate::EventBus::topics(self)) })
+    }
+
+    fn topic_spec<'a>(
+        &'a self,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<TopicSpec>, BusError>> {
+        Box::pin(async move { crate::EventBus::topic_spec(self, topic) })
+    }
+
+    fn maintenance<'a>(&'a self, now_ms: u64) -> BoxFuture<'a, Result<u64, BusError>> {
+        Box::pin(async move { crate::EventBus::maintenance(self, now_ms) })
     }
 
     fn subscribe<'a>(

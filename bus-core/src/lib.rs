@@ -36,7 +36,7 @@ pub mod subscription;
 pub mod sync;
 
 #[cfg(feature = "async")]
-pub use asynchronous::{AsyncEventBus, BoxFuture, traced};
+pub use asynchronous::{AsyncEventBus, BoxFuture, on_blocking_pool, traced};
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;

@@ -148,3 +148,47 @@ macro_rules! async_reads_through_blocking {
         }
     };
 }
+
+/// Inside an `impl AsyncEventBus for X` block: `topics`, `topic_spec` and
+/// `maintenance` as the [`EventBus`](crate::EventBus) calls on an owned
+/// handle of the bus, run by the inherent `async fn $blocking` of
+/// [`async_reads_through_blocking!`] (the caller's runtime's blocking pool:
+/// rare administrative calls that the sync surface already answers).
+#[cfg(feature = "async")]
+#[macro_export]
+macro_rules! async_admin_through_blocking {
+    ($blocking:ident) => {
+        fn topics<'a>(
+            &'a self,
+        ) -> $crate::BoxFuture<
+            'a,
+            ::std::result::Result<::std::vec::Vec<::std::string::String>, $crate::BusError>,
+        > {
+            ::std::boxed::Box::pin(self.$blocking("topics", move |bus| {
+                ::std::result::Result::Ok($crate::EventBus::topics(&bus))
+            }))
+        }
+
+        fn topic_spec<'a>(
+            &'a self,
+            topic: &'a str,
+        ) -> $crate::BoxFuture<
+            'a,
+            ::std::result::Result<::std::option::Option<$crate::TopicSpec>, $crate::BusError>,
+        > {
+            let topic = topic.to_owned();
+            ::std::boxed::Box::pin(self.$blocking("topic_spec", move |bus| {
+                $crate::EventBus::topic_spec(&bus, &topic)
+            }))
+        }
+
+        fn maintenance<'a>(
+            &'a self,
+            now_ms: u64,
+        ) -> $crate::BoxFuture<'a, ::std::result::Result<u64, $crate::BusError>> {
+            ::std::boxed::Box::pin(self.$blocking("maintenance", move |bus| {
+                $crate::EventBus::maintenance(&bus, now_ms)
+            }))
+        }
+    };
+}

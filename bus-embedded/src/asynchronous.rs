@@ -24,14 +24,7 @@ impl EmbeddedBus {
         F: FnOnce(EmbeddedBus) -> Result<T, BusError> + Send + 'static,
     {
         let handle = self.handle();
-        tokio::task::spawn_blocking(move || work(handle))
-            .await
-            .unwrap_or_else(|error| {
-                Err(BusError::backend(
-                    "embedded",
-                    format!("{what} did not finish: {error}"),
-                ))
-            })
+        bus_core::on_blocking_pool("embedded", what, move || work(handle)).await
     }
 
     /// One record through the group commit, awaited.
@@ -104,6 +97,7 @@ impl AsyncEventBus for EmbeddedBus {
     }
 
     bus_core::async_reads_through_blocking!(blocking);
+    bus_core::async_admin_through_blocking!(blocking);
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         let owned = topic.to_owned();

@@ -145,14 +145,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, BusError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|error| {
-            Err(BusError::backend(
-                "kafka",
-                format!("{what} did not finish: {error}"),
-            ))
-        })
+    bus_core::on_blocking_pool("kafka", what, work).await
 }
 
 /// [`crate::publish::produce`] for a task: records are queued strictly in
@@ -239,6 +232,7 @@ impl AsyncEventBus for KafkaBus {
     }
 
     bus_core::async_reads_through_blocking!(blocking_async);
+    bus_core::async_admin_through_blocking!(blocking_async);
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         Box::pin(async move { Ok(self.entry_async(topic).await?.spec.partitions) })

@@ -95,6 +95,17 @@ impl NatsBus {
         }
     }
 
+    /// Runs `work` with a handle of this bus (its sync calls run on the
+    /// caller's runtime) on that runtime's blocking pool.
+    async fn blocking<T, F>(&self, what: &'static str, work: F) -> Result<T, BusError>
+    where
+        T: Send + 'static,
+        F: FnOnce(NatsBus) -> Result<T, BusError> + Send + 'static,
+    {
+        let bus = self.handle(tokio::runtime::Handle::current());
+        bus_core::on_blocking_pool("nats", what, move || work(bus)).await
+    }
+
     /// The topic from the cache, else from the server (contract C2).
     async fn topic_async(&self, name: &str) -> Result<Arc<TopicState>, BusError> {
         validate_topic(name)?;
@@ -286,6 +297,8 @@ impl AsyncEventBus for NatsBus {
         )
     }
 
+    bus_core::async_admin_through_blocking!(blocking);
+
     fn subscribe<'a>(
         &'a self,
         topic: &'a str,
@@ -293,23 +306,14 @@ impl AsyncEventBus for NatsBus {
         start: StartAt,
         options: SubscribeOptions,
     ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
+        let span = bus_core::async_span!("bus.subscribe", "nats", topic);
         let topic = topic.to_owned();
         bus_core::traced(
-            bus_core::async_span!("bus.subscribe", "nats", topic),
-            async move {
-                let bus = self.handle(tokio::runtime::Handle::current());
-                tokio::task::spawn_blocking(move || {
-                    bus.subscribe_live(&topic, &selector, start, options)?
-                        .into_stream()
-                })
-                .await
-                .unwrap_or_else(|error| {
-                    Err(BusError::backend(
-                        "nats",
-                        format!("subscribe did not finish: {error}"),
-                    ))
-                })
-            },
+            span,
+            self.blocking("subscribe", move |bus| {
+                bus.subscribe_live(&topic, &selector, start, options)?
+                    .into_stream()
+            }),
         )
     }
 }

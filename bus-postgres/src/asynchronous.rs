@@ -25,6 +25,19 @@ use crate::shared::{Shared, Topic};
 use crate::{fetch, topics};
 
 impl PostgresBus {
+    /// Runs `work` with a handle of this bus (its sync calls) on the
+    /// caller's runtime's blocking pool.
+    async fn blocking<T, F>(&self, what: &'static str, work: F) -> Result<T, BusError>
+    where
+        T: Send + 'static,
+        F: FnOnce(PostgresBus) -> Result<T, BusError> + Send + 'static,
+    {
+        let bus = PostgresBus {
+            core: Arc::clone(&self.core),
+        };
+        bus_core::on_blocking_pool("postgres", what, move || work(bus)).await
+    }
+
     /// [`PostgresBus::connect`] for async code: connects on the caller's
     /// runtime and starts no connector thread.
     pub async fn connect_async(url: &str) -> Result<Self, BusError> {
@@ -206,6 +219,34 @@ impl AsyncEventBus for PostgresBus {
         )
     }
 
+    fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>> {
+        Box::pin(bounded(
+            "list topics",
+            self.timeout(),
+            topics::names(&self.core.shared),
+        ))
+    }
+
+    fn topic_spec<'a>(
+        &'a self,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bus_core::TopicSpec>, BusError>> {
+        bus_core::traced(
+            bus_core::async_span!("bus.topic_spec", "postgres", topic),
+            bounded("topic lookup", self.timeout(), async move {
+                Ok(Some(self.topic_async(topic).await?.spec.clone()))
+            }),
+        )
+    }
+
+    /// Through the sync call on the blocking pool (it runs on the
+    /// connector thread, which it starts): an occasional operator task.
+    fn maintenance<'a>(&'a self, now_ms: u64) -> BoxFuture<'a, Result<u64, BusError>> {
+        Box::pin(self.blocking("maintenance", move |bus| {
+            bus_core::EventBus::maintenance(&bus, now_ms)
+        }))
+    }
+
     fn subscribe<'a>(
         &'a self,
         topic: &'a str,
@@ -214,20 +255,8 @@ impl AsyncEventBus for PostgresBus {
         options: SubscribeOptions,
     ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
         let topic = topic.to_owned();
-        let bus = PostgresBus {
-            core: Arc::clone(&self.core),
-        };
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                bus_core::EventBus::subscribe(&bus, &topic, selector, start, options)?.into_stream()
-            })
-            .await
-            .unwrap_or_else(|error| {
-                Err(BusError::backend(
-                    "postgres",
-                    format!("subscribe did not finish: {error}"),
-                ))
-            })
-        })
+        Box::pin(self.blocking("subscribe", move |bus| {
+            bus_core::EventBus::subscribe(&bus, &topic, selector, start, options)?.into_stream()
+        }))
     }
 }
