@@ -51,4 +51,5 @@ pub use bus::PostgresBus;
 /// this list.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresOptions};
+pub use sql::Sql;
 pub use tls::TlsFiles;
