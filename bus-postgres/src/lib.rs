@@ -36,9 +36,6 @@ mod listener;
 mod options;
 mod publish;
 mod queue;
-#[cfg(feature = "reference")]
-#[doc(hidden)]
-pub mod reference;
 mod shared;
 mod sql;
 mod subscribe;
