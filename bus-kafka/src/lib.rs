@@ -65,9 +65,6 @@ mod options;
 mod provision;
 mod publish;
 mod reader;
-#[cfg(feature = "reference")]
-#[doc(hidden)]
-pub mod reference;
 mod registry;
 #[cfg(test)]
 mod settings_check;

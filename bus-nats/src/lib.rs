@@ -55,9 +55,6 @@ pub mod naming;
 mod options;
 mod publish;
 mod record;
-#[cfg(feature = "reference")]
-#[doc(hidden)]
-pub mod reference;
 mod shared;
 mod subscribe;
 mod topics;

@@ -36,9 +36,6 @@ mod listener;
 mod options;
 mod publish;
 mod queue;
-#[cfg(feature = "reference")]
-#[doc(hidden)]
-pub mod reference;
 mod shared;
 mod sql;
 mod subscribe;
@@ -51,4 +48,5 @@ pub use bus::PostgresBus;
 /// this list.
 pub const SCHEMES: &[&str] = &["postgres", "postgresql"];
 pub use options::{DEFAULT_POOL_SIZE, DEFAULT_SCHEMA, PostgresOptions};
+pub use sql::Sql;
 pub use tls::TlsFiles;

@@ -13,10 +13,19 @@
 //!   a second record of a UID even from a writer that skipped the lookup.
 //!   Records written around the bus carry a `uid` but no claim.
 
+use bus_core::BusError;
+
+use crate::options::PostgresOptions;
+
 /// The schema version this crate writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
-pub(crate) struct Sql {
+/// The statements the bus sends, with the schema name filled in: public,
+/// read-only, so a tool that writes or reads the same tables (the raw-client
+/// benchmark reference in `bus-reference`, a foreign writer) sends exactly
+/// the bus's SQL instead of a copy that can drift. Built by
+/// [`Sql::for_options`]; the parameters of each are listed on its accessor.
+pub struct Sql {
     pub(crate) schema: String,
     pub(crate) version: String,
     pub(crate) meta_table: String,
@@ -158,5 +167,46 @@ impl Sql {
                 "DELETE FROM {s}.records WHERE topic_id = $1 AND partition = $2 AND \"offset\" < $3"
             ),
         }
+    }
+}
+
+impl Sql {
+    /// The statements for `options.schema`, once the schema name is checked
+    /// (`[A-Za-z_][A-Za-z0-9_]{0,62}`, so quoting it is enough).
+    pub fn for_options(options: &PostgresOptions) -> Result<Self, BusError> {
+        options.check()?;
+        Ok(Self::new(&options.schema))
+    }
+
+    /// `$1` topic name → `id, partitions, retention_ms, dedup_window_ms,
+    /// max_record_bytes, replication_factor`.
+    pub fn topic_by_name(&self) -> &str {
+        &self.topic_by_name
+    }
+
+    /// `$1` topic id, `$2` partition, `$3` UIDs (`text[]`) → the stored
+    /// records of those UIDs: `uid, offset, key, value, tag, claimed`.
+    pub fn claims(&self) -> &str {
+        &self.claims
+    }
+
+    /// One append round in one statement: `$1` topic id, `$2` partition,
+    /// `$3` record count, `$4` keys, `$5` UIDs, `$6` values (JSON bytes),
+    /// `$7` tags, `$8` stored-at (ms), `$9` the NOTIFY channel → the first
+    /// offset written.
+    pub fn append(&self) -> &str {
+        &self.append
+    }
+
+    /// `$1` topic id, `$2` partition, `$3` first offset, `$4` limit →
+    /// `offset, key, uid, value, tag, stored_at` in offset order.
+    pub fn fetch(&self) -> &str {
+        &self.fetch
+    }
+
+    /// `$1` topic id, `$2` partition, `$3` UID → the records carrying it,
+    /// `offset, key, value, tag`, first first.
+    pub fn find(&self) -> &str {
+        &self.find
     }
 }

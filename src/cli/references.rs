@@ -49,7 +49,7 @@ fn kafka_reference(
     bus.provision(&bus::Manifest::new([
         bus::TopicSpec::new(topic.clone(), 1).with_replication_factor(settings.replication)
     ]))?;
-    let raw = bus_kafka::reference::RawKafka::new(brokers, &topic)?;
+    let raw = bus_reference::kafka::RawKafka::new(brokers, &topic)?;
     let serial: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
         .collect();
@@ -93,7 +93,7 @@ fn postgres_reference(
     bus.provision(&bus::Manifest::new([
         bus::TopicSpec::new(topic.clone(), 1).with_replication_factor(settings.replication)
     ]))?;
-    let mut raw = bus_postgres::reference::RawPostgres::new(url, &topic)?;
+    let mut raw = bus_reference::postgres::RawPostgres::new(url, &topic)?;
     let start = Instant::now();
     raw.serial(&events)?;
     let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
@@ -134,7 +134,7 @@ fn nats_reference(
     let events: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
         .collect();
-    let serial = bus_nats::reference::RawNats::replicated(
+    let serial = bus_reference::nats::RawNats::replicated(
         &servers,
         &format!("bench-{tag}-raw-serial"),
         settings.replication,
@@ -143,7 +143,7 @@ fn nats_reference(
     serial.serial(&events)?;
     let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
     drop(serial);
-    let batch = bus_nats::reference::RawNats::replicated(
+    let batch = bus_reference::nats::RawNats::replicated(
         &servers,
         &format!("bench-{tag}-raw-batch"),
         settings.replication,
@@ -184,7 +184,7 @@ fn nats_subscription_reference(
 
     use super::bench::event;
     use super::bench_subscribe::FAN_OUT;
-    use bus_nats::reference::{RawNats, spawn_push_readers};
+    use bus_reference::nats::{RawNats, spawn_push_readers};
 
     let samples = settings.samples.max(10);
     let raw = RawNats::replicated(

@@ -1,6 +1,7 @@
-//! A raw tokio-postgres client running the bus's own SQL, for benchmarks
-//! (`bus bench` and `examples/bench_postgres.rs`): what the bus costs on top
-//! of the statements it sends. Not a stable API.
+//! A raw tokio-postgres client running the bus's own SQL
+//! ([`bus_postgres::Sql`]), for benchmarks (`bus bench` and
+//! `examples/bench_postgres.rs`): what the bus costs on top of the
+//! statements it sends.
 
 use std::collections::HashMap;
 
@@ -8,9 +9,20 @@ use bus_core::{BusError, now_ms};
 use serde_json::Value;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::errors::pg;
-use crate::options::PostgresOptions;
-use crate::sql::Sql;
+use bus_postgres::{PostgresOptions, Sql};
+
+/// A client error as the reference reports it: what the server refused is a
+/// backend error, anything else (a lost connection) `Unavailable`; both keep
+/// the client's error as their source. The bus's own mapping is finer (it
+/// retries shutdowns); a benchmark only needs to stop and say why.
+fn pg(what: &str, error: tokio_postgres::Error) -> BusError {
+    let message = format!("{what}: {error}");
+    if error.as_db_error().is_some() {
+        BusError::backend_caused("postgres", message, error)
+    } else {
+        BusError::unavailable_caused("postgres", message, error)
+    }
+}
 
 /// One raw connection with its statements prepared once (as the bus's pool
 /// caches them), writing partition 0 of one topic the bus provisioned.
@@ -28,13 +40,13 @@ impl RawConn {
             .config
             .connect(NoTls)
             .await
-            .map_err(|e| pg("raw connect", &e))?;
+            .map_err(|e| pg("raw connect", e))?;
         tokio::spawn(connection);
-        let sql = Sql::new(&options.schema);
+        let sql = Sql::for_options(options)?;
         let row = client
-            .query_one(&sql.topic_by_name, &[&topic])
+            .query_one(sql.topic_by_name(), &[&topic])
             .await
-            .map_err(|e| pg("raw topic", &e))?;
+            .map_err(|e| pg("raw topic", e))?;
         Ok(Self {
             client,
             sql,
@@ -48,16 +60,16 @@ impl RawConn {
             return Ok(statement.clone());
         }
         let text = match name {
-            "claims" => &self.sql.claims,
-            "append" => &self.sql.append,
-            "fetch" => &self.sql.fetch,
-            _ => &self.sql.find,
+            "claims" => self.sql.claims(),
+            "append" => self.sql.append(),
+            "fetch" => self.sql.fetch(),
+            _ => self.sql.find(),
         };
         let statement = self
             .client
             .prepare(text)
             .await
-            .map_err(|e| pg("raw prepare", &e))?;
+            .map_err(|e| pg("raw prepare", e))?;
         self.statements.insert(name, statement.clone());
         Ok(statement)
     }
@@ -74,7 +86,7 @@ impl RawConn {
         let claims = self.statement("claims").await?;
         let append = self.statement("append").await?;
         let id = self.topic_id;
-        let err = |e: tokio_postgres::Error| pg("raw append", &e);
+        let err = |e: tokio_postgres::Error| pg("raw append", e);
         let uids: Vec<Option<&str>> = records.iter().map(|(_, uid, _)| uid.as_deref()).collect();
         let lookup: Vec<&str> = uids.iter().flatten().copied().collect();
         if !lookup.is_empty() {
@@ -112,7 +124,7 @@ impl RawConn {
             .client
             .query(&statement, &[&self.topic_id, &0i32, &from, &max])
             .await
-            .map_err(|e| pg("raw fetch", &e))?;
+            .map_err(|e| pg("raw fetch", e))?;
         for row in &rows {
             let _: Value = serde_json::from_slice(row.get::<_, &[u8]>(3))?;
         }
@@ -127,7 +139,7 @@ impl RawConn {
             .client
             .query(&statement, &[&self.topic_id, &0i32, &uid])
             .await
-            .map_err(|e| pg("raw find", &e))?;
+            .map_err(|e| pg("raw find", e))?;
         Ok(!rows.is_empty())
     }
 }

@@ -2,7 +2,7 @@
 //! consumers, same server, same run.
 //!
 //! ```text
-//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-nats \
+//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-reference --features nats \
 //!     --example bench_nats_subscribe -- [--serial N] [--fanout N] [--subscribers N] [--idle-secs N]
 //! ```
 //! - latency: one bus subscription and one raw ordered push consumer of the
@@ -25,8 +25,8 @@ use bus_core::{
     TopicSpec,
 };
 use bus_nats::naming::stream_name;
-use bus_nats::reference::spawn_push_readers;
 use bus_nats::{NatsBus, NatsOptions};
+use bus_reference::nats::spawn_push_readers;
 use serde_json::{Value, json};
 
 struct Args {

@@ -7,7 +7,7 @@ use bus_core::BusError;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::naming::{KEY_HEADER, encode_header_text};
+use bus_nats::naming::{KEY_HEADER, encode_header_text};
 
 /// Raw async-nats on a file-storage stream named `name` (deleted on drop).
 pub struct RawNats {

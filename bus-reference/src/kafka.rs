@@ -11,7 +11,7 @@ use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::Value;
 
-use crate::kafka_topic_name;
+use bus_kafka::kafka_topic_name;
 
 /// Records per replay page.
 const PAGE: usize = 1_000;
