@@ -21,11 +21,18 @@ pub enum BusError {
     /// Serialization failure.
     #[error("bus serde: {0}")]
     Serde(#[from] serde_json::Error),
+    /// Backend-specific failure, as the reference trait spells it: a
+    /// message and nothing else. Code written against the reference
+    /// builds and matches it; the backends of this workspace report their
+    /// own failures as [`BusError::BackendFailure`], which names the
+    /// backend and keeps the underlying error.
+    #[error("bus backend: {0}")]
+    Backend(String),
     /// A failure inside a backend or its client library that no other
     /// variant names; [`std::error::Error::source`] gives the client's or
     /// the OS's own error when there is one.
     #[error("{backend}: {message}")]
-    Backend {
+    BackendFailure {
         /// Which backend (`nats`, `kafka`, `postgres`, `embedded`, `memory`,
         /// or `bus` for the facade and the shared machinery).
         backend: String,
@@ -202,23 +209,23 @@ pub enum BusError {
 }
 
 impl BusError {
-    /// A [`BusError::Backend`] with no underlying error.
+    /// A [`BusError::BackendFailure`] with no underlying error.
     pub fn backend(backend: &str, message: impl Into<String>) -> Self {
-        Self::Backend {
+        Self::BackendFailure {
             backend: backend.to_owned(),
             message: message.into(),
             source: None,
         }
     }
 
-    /// A [`BusError::Backend`] caused by `source` (a client library's or the
-    /// OS's error), which [`std::error::Error::source`] then returns.
+    /// A [`BusError::BackendFailure`] caused by `source` (a client library's
+    /// or the OS's error), which [`std::error::Error::source`] then returns.
     pub fn backend_caused(
         backend: &str,
         message: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
-        Self::Backend {
+        Self::BackendFailure {
             backend: backend.to_owned(),
             message: message.into(),
             source: Some(source.into()),
@@ -301,6 +308,7 @@ mod tests {
             BusError::Io(std::io::Error::from(ErrorKind::PermissionDenied)),
             BusError::Io(std::io::Error::from(ErrorKind::StorageFull)),
             BusError::Serde(serde_json::from_str::<u8>("x").unwrap_err()),
+            BusError::Backend(text()),
             BusError::backend("x", text()),
             BusError::UnknownPartition {
                 topic: text(),
@@ -375,7 +383,8 @@ mod tests {
             ),
             BusError::UnknownTopic(_)
             | BusError::Serde(_)
-            | BusError::Backend { .. }
+            | BusError::Backend(_)
+            | BusError::BackendFailure { .. }
             | BusError::UnknownPartition { .. }
             | BusError::InvalidArgument { .. }
             | BusError::Conflict { .. }

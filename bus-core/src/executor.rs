@@ -510,7 +510,7 @@ mod tests {
             })
             .unwrap();
         assert!(
-            matches!(nested, Err(BusError::Backend { .. })),
+            matches!(nested, Err(BusError::BackendFailure { .. })),
             "{nested:?}"
         );
     }

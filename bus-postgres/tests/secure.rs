@@ -93,7 +93,7 @@ fn tls_with_the_servers_ca_works_and_another_ca_or_password_is_refused() {
     let refused = PostgresBus::connect(&tls_url(&server, &other.ca, PASSWORD));
     let error = refused.expect_err("a server whose CA is not trusted must be refused");
     assert!(
-        error.is_transient() || matches!(error, BusError::Backend { .. }),
+        error.is_transient() || matches!(error, BusError::BackendFailure { .. }),
         "{error:?}"
     );
 
