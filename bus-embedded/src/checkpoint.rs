@@ -10,6 +10,16 @@
 //! writer extends the zeros it writes ahead (once per up to 4 MiB). Never
 //! per publish: the frames themselves are checksummed, and the publish
 //! path keeps its single fsync.
+//!
+//! It also records the segment's `extent`: how long the file is known to
+//! be, frames and the zeros written (and fsynced) ahead of them. A crash
+//! cannot shorten fsynced bytes, so a segment found shorter than its
+//! extent was cut after the fact, and every frame acked under
+//! `Durability::Sync` lies inside the extent (a frame that grows the file
+//! is acked only after the extent covering it is stored). A smaller extent
+//! is always safe to store; a larger one only once it is durable: whoever
+//! shortens the file (a clean close, a seal, recovery) stores the lower
+//! extent first.
 
 use std::path::{Path, PathBuf};
 
@@ -19,16 +29,33 @@ use crate::fsutil;
 
 /// File name inside the partition directory.
 pub(crate) const FILE: &str = "recovery-point";
-const MAGIC: &[u8; 4] = b"BRP1";
-const LEN: usize = 4 + 3 * 8 + 4;
+/// Written before extents were recorded: base, len, next.
+const MAGIC_V1: &[u8; 4] = b"BRP1";
+const LEN_V1: usize = 4 + 3 * 8 + 4;
+/// The format written: base, len, next, extent.
+const MAGIC: &[u8; 4] = b"BRP2";
+const LEN: usize = 4 + 4 * 8 + 4;
 
 /// The first `len` bytes of segment `base` are complete, fsynced frames
-/// whose records end at offset `next`; every segment before it is sealed.
+/// whose records end at offset `next`; every segment before it is sealed;
+/// the segment file is at least `extent` bytes long (`len` and the zeros
+/// fsynced past it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RecoveryPoint {
     pub base: u64,
     pub len: u64,
     pub next: u64,
+    pub extent: u64,
+}
+
+impl RecoveryPoint {
+    /// The same point with the file known only as far as its frames.
+    pub(crate) const fn without_zeros(self) -> Self {
+        Self {
+            extent: self.len,
+            ..self
+        }
+    }
 }
 
 pub(crate) fn path(dir: &Path) -> PathBuf {
@@ -38,7 +65,7 @@ pub(crate) fn path(dir: &Path) -> PathBuf {
 pub(crate) fn encode(point: &RecoveryPoint) -> Vec<u8> {
     let mut out = Vec::with_capacity(LEN);
     out.extend_from_slice(MAGIC);
-    for word in [point.base, point.len, point.next] {
+    for word in [point.base, point.len, point.next, point.extent] {
         out.extend_from_slice(&word.to_le_bytes());
     }
     let crc = crc32c::crc32c(&out);
@@ -46,12 +73,14 @@ pub(crate) fn encode(point: &RecoveryPoint) -> Vec<u8> {
     out
 }
 
-/// `None` unless `bytes` are exactly one intact recovery point.
+/// `None` unless `bytes` are exactly one intact recovery point (of either
+/// format: a version-1 point knows no zeros past its frames).
 pub(crate) fn decode(bytes: &[u8]) -> Option<RecoveryPoint> {
-    if bytes.len() != LEN || !bytes.starts_with(MAGIC) {
+    let v1 = bytes.len() == LEN_V1 && bytes.starts_with(MAGIC_V1);
+    if !v1 && (bytes.len() != LEN || !bytes.starts_with(MAGIC)) {
         return None;
     }
-    let (body, crc) = bytes.split_at(LEN - 4);
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
     if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().ok()?) {
         return None;
     }
@@ -59,12 +88,14 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<RecoveryPoint> {
         let at = 4 + i * 8;
         body[at..at + 8].try_into().ok().map(u64::from_le_bytes)
     };
+    let len = word(1)?;
     let point = RecoveryPoint {
         base: word(0)?,
-        len: word(1)?,
+        len,
         next: word(2)?,
+        extent: if v1 { len } else { word(3)? },
     };
-    (point.next >= point.base).then_some(point)
+    (point.next >= point.base && point.extent >= point.len).then_some(point)
 }
 
 /// The partition's recovery point; `None` when it has none yet (a
@@ -100,6 +131,7 @@ mod tests {
             base: 40,
             len: 1234,
             next: 57,
+            extent: 16_384,
         };
         let bytes = encode(&point);
         assert_eq!(decode(&bytes), Some(point));
@@ -110,5 +142,31 @@ mod tests {
         }
         assert_eq!(decode(&bytes[..bytes.len() - 1]), None);
         assert_eq!(decode(&[bytes.as_slice(), &[0]].concat()), None);
+        // An extent below the frames is no point at all.
+        let short = encode(&RecoveryPoint {
+            extent: 1000,
+            ..point
+        });
+        assert_eq!(decode(&short), None);
+    }
+
+    #[test]
+    fn reads_the_version_1_format() {
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(MAGIC_V1);
+        for word in [40u64, 1234, 57] {
+            v1.extend_from_slice(&word.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode(&v1),
+            Some(RecoveryPoint {
+                base: 40,
+                len: 1234,
+                next: 57,
+                extent: 1234,
+            })
+        );
     }
 }

@@ -16,7 +16,7 @@
 use bus_core::sync::lock;
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -807,7 +807,9 @@ impl Partition {
         let allocated = writer.allocated;
         self.zero_ahead(writer, writer.pos + len, len)
             .map_err(|e| WriteError::Failed(Poison::io("write", e)))?;
-        let extended = writer.allocated > allocated.max(writer.pos + len);
+        // The file grew: its new extent is stored once this fsync made it
+        // durable, before the ack (once per up to 4 MiB of small frames).
+        let extended = writer.allocated > allocated;
         match self.options.durability {
             Durability::Sync => {
                 let started = Instant::now();
@@ -872,23 +874,28 @@ impl Partition {
             return Ok(());
         }
         let ahead = match self.options.durability {
-            Durability::Sync if len < ZERO_AHEAD_FRAMES_UNDER => {
-                end.clamp(ZERO_AHEAD_MIN, ZERO_AHEAD_MAX)
-            }
-            _ => 0,
+            Durability::Sync => end.clamp(ZERO_AHEAD_MIN, ZERO_AHEAD_MAX),
+            Durability::Interval(_) => 0,
         };
         // Never past the size at which the segment rolls.
         let target = end
             .saturating_add(ahead)
             .min(end.max(self.options.segment_bytes));
-        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-        let mut at = end;
-        while at < target {
-            let n = usize::try_from(target - at).map_or(ZEROS.len(), |n| n.min(ZEROS.len()));
-            self.options
-                .files
-                .write_all_at(&writer.file, &ZEROS[..n], at)?;
-            at += n as u64;
+        if len < ZERO_AHEAD_FRAMES_UNDER {
+            static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+            let mut at = end;
+            while at < target {
+                let n = usize::try_from(target - at).map_or(ZEROS.len(), |n| n.min(ZEROS.len()));
+                self.options
+                    .files
+                    .write_all_at(&writer.file, &ZEROS[..n], at)?;
+                at += n as u64;
+            }
+        } else if target > end {
+            // A large frame's fsync is dominated by its own bytes: the
+            // space past it is a hole (reads as zeros, writes nothing), so
+            // the file's extent still covers every acked frame.
+            self.options.files.set_len(&writer.file, target)?;
         }
         writer.allocated = target;
         Ok(())
@@ -917,6 +924,34 @@ impl Partition {
             }
         }
     }
+}
+
+/// Cuts the zeros written ahead off the active segment of the partition in
+/// `dir` (a seal, a clean close). The recovery point's extent goes down
+/// first: a crash between the two must not leave a file shorter than its
+/// stored extent, which reads as a segment cut after the fact.
+pub(crate) fn trim_zeros(
+    dir: &Path,
+    files: &dyn crate::options::FileLayer,
+    writer: &mut WriterState,
+) -> std::io::Result<()> {
+    if writer.allocated <= writer.pos {
+        return Ok(());
+    }
+    if writer.dirty {
+        files.sync_data(&writer.file)?;
+        writer.dirty = false;
+    }
+    if let Some(point) = writer.durable_point().map(RecoveryPoint::without_zeros)
+        && writer.recovery_point != Some(point)
+    {
+        checkpoint::write(dir, &point)?;
+        writer.recovery_point = Some(point);
+    }
+    files.set_len(&writer.file, writer.pos)?;
+    files.sync_data(&writer.file)?;
+    writer.allocated = writer.pos;
+    Ok(())
 }
 
 impl Drop for Partition {
@@ -951,11 +986,16 @@ impl Drop for Partition {
             return;
         }
         let files = &self.options.files;
-        let trim = writer.allocated > writer.pos;
-        if trim && files.set_len(&writer.file, writer.pos).is_err() {
+        if let Err(error) = trim_zeros(&self.dir, files.as_ref(), writer) {
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.id,
+                %error,
+                "zeros written ahead not trimmed at close (the next open recovers the segment)"
+            );
             return;
         }
-        if (trim || writer.dirty) && files.sync_data(&writer.file).is_err() {
+        if writer.dirty && files.sync_data(&writer.file).is_err() {
             return;
         }
         writer.dirty = false;
@@ -1151,6 +1191,7 @@ impl WriterState {
             base: self.base,
             len: self.pos,
             next: self.next,
+            extent: self.allocated,
         })
     }
 }

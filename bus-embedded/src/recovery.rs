@@ -102,6 +102,7 @@ pub(crate) fn open_partition(
     // rewritten when it is sealed.
     remove_hints(&dir, base, &[IDX, UIDS])?;
     if let Some(known) = known
+        && known.extent == known.len
         && let Some((index, uids)) = closed_cleanly(&dir, base, &file, known, options)?
     {
         // As below: the bytes become visible only once surely durable (a
@@ -163,6 +164,21 @@ pub(crate) fn open_partition(
         };
         return Err(corrupt(&path, scan.end, reason));
     }
+    if let Some(known) = known
+        && file_len < known.extent
+    {
+        // Fsynced bytes do not go missing in a crash: whatever the frames
+        // at the end look like now, some may have been acked.
+        return Err(corrupt(
+            &path,
+            scan.end,
+            format!(
+                "segment is cut at byte {file_len}, below the {} bytes its writer had fsynced \
+                 (frames and zeros written ahead): cut after it was written",
+                known.extent
+            ),
+        ));
+    }
     // Past the recovery point nothing was known complete: a bad frame there
     // is a torn tail unless a frame verifies after it. Without a recovery
     // point (a partition from before they existed), the bad frame must
@@ -177,10 +193,42 @@ pub(crate) fn open_partition(
     {
         return Err(corrupt(&path, scan.end, format!("{reason} at byte {pos}")));
     }
+    // Inside the zeros fsynced ahead, a frame a crash tore shows zeros
+    // where its unwritten pages were; one written whole that fails its
+    // checksum was damaged afterwards, and may have been acked.
+    if let (Some(known), Some((pos, reason))) = (known, &scan.fault)
+        && *pos < known.extent
+        && segment::written_whole(&file, *pos, known.extent.min(file_len))?
+    {
+        return Err(corrupt(
+            &path,
+            scan.end,
+            format!(
+                "{reason} at byte {pos}, in a frame written whole inside the {} bytes fsynced \
+                 ahead: damaged after it was written",
+                known.extent
+            ),
+        ));
+    }
+    // What a killed writer left in the page cache but never fsynced must be
+    // durable before it becomes visible (and dedup answers for it).
+    options.files.sync_recovered(&file)?;
+    // What recovery verified and synced is now known complete; the stored
+    // extent comes down to it before the file is cut (see `checkpoint`).
+    let recovered = RecoveryPoint {
+        base,
+        len: scan.valid_len,
+        next: scan.end,
+        extent: scan.valid_len,
+    };
+    if point != Some(recovered) {
+        checkpoint::write(&dir, &recovered)?;
+    }
     if scan.valid_len < file_len {
         // Only the unacknowledged tail goes: bytes past the last whole frame.
         let zeros = segment::all_zero(&file, scan.valid_len, file_len)?;
         file.set_len(scan.valid_len)?;
+        options.files.sync_recovered(&file)?;
         let dropped = file_len - scan.valid_len;
         let why = scan
             .fault
@@ -207,20 +255,8 @@ pub(crate) fn open_partition(
             );
         }
     }
-    // What a killed writer left in the page cache but never fsynced must be
-    // durable before it becomes visible (and dedup answers for it).
-    options.files.sync_recovered(&file)?;
     // The hints of a clean close no longer describe the segment.
     remove_hints(&dir, base, &[CLOSED_IDX, CLOSED_UIDS])?;
-    // What recovery verified and synced is now known complete.
-    let recovered = RecoveryPoint {
-        base,
-        len: scan.valid_len,
-        next: scan.end,
-    };
-    if point != Some(recovered) {
-        checkpoint::write(&dir, &recovered)?;
-    }
     let file = Arc::new(file);
     read.uids = crate::index::UidIndex::with_capacity(scan.uids.len());
     for (uid, offset) in std::mem::take(&mut scan.uids) {

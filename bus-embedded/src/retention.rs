@@ -47,15 +47,9 @@ impl Partition {
     pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), Poison> {
         // A sealed segment ends with its last frame: the zeros written
         // ahead go before its indexes are written.
-        let trimmed = writer.allocated > writer.pos;
-        if trimmed {
-            self.options
-                .files
-                .set_len(&writer.file, writer.pos)
-                .map_err(|e| Poison::io("truncate", e))?;
-            writer.allocated = writer.pos;
-        }
-        if writer.dirty || trimmed {
+        crate::partition::trim_zeros(&self.dir, self.options.files.as_ref(), writer)
+            .map_err(|e| Poison::io("truncate", e))?;
+        if writer.dirty {
             self.options
                 .files
                 .sync_data(&writer.file)

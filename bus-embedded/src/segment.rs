@@ -383,6 +383,68 @@ fn frame_reaches_end(file: &File, pos: u64, file_len: u64) -> std::io::Result<bo
     all_zero(file, pos, file_len)
 }
 
+/// Sectors a torn write leaves whole or untouched: a crash (a killed
+/// writer's partial `pwrite`, pages written back in any order before a
+/// power cut) loses whole pages, and a device writes whole sectors.
+const SECTOR: u64 = 512;
+
+/// Whether the bad frame at `pos`, inside the first `limit` bytes that its
+/// writer had fsynced as zeros, was written whole: it verifies once one bit
+/// of its length is put back (the length is outside the checksum), or its
+/// last byte and every sector-aligned piece of it hold a non-zero byte. A
+/// crash leaves a frame written into zeros with zeros where its write
+/// stopped (a killed or failed `pwrite` writes a prefix) or where its
+/// unwritten pages were, and a frame never ends in a zero byte (see
+/// `frame`). Then it was damaged after it was written, not torn.
+pub(crate) fn written_whole(file: &File, pos: u64, limit: u64) -> std::io::Result<bool> {
+    let header_end = pos + PREFIX as u64;
+    if header_end > limit {
+        return Ok(false);
+    }
+    let mut prefix = [0u8; PREFIX];
+    file.read_exact_at(&mut prefix, pos)?;
+    let claimed = frame::body_len(&prefix);
+    let mut body = Vec::new();
+    let mut raw = Vec::new();
+    for bit in 0..32 {
+        let len = claimed ^ (1 << bit);
+        if len == 0 || len > frame::MAX_BODY || header_end + len > limit {
+            continue;
+        }
+        body.resize(usize::try_from(len).map_err(std::io::Error::other)?, 0);
+        file.read_exact_at(&mut body, header_end)?;
+        let mut fixed = prefix;
+        fixed[..4].copy_from_slice(&u32::try_from(len).unwrap_or(0).to_le_bytes());
+        if frame::decode(&fixed, &body, &mut raw).is_ok() {
+            return Ok(true);
+        }
+    }
+    let end = header_end.saturating_add(claimed);
+    if end > limit {
+        // It claims to run past the zeros: the frame whose write grew the
+        // file (acked only once the larger extent was stored), torn.
+        return Ok(false);
+    }
+    let mut piece = vec![0u8; usize::try_from(SECTOR).map_err(std::io::Error::other)?];
+    if end > header_end {
+        file.read_exact_at(&mut piece[..1], end - 1)?;
+        if piece[0] == 0 {
+            return Ok(false);
+        }
+    }
+    let mut at = pos;
+    while at < end {
+        let to = ((at / SECTOR + 1) * SECTOR).min(end);
+        let n = usize::try_from(to - at).map_err(std::io::Error::other)?;
+        file.read_exact_at(&mut piece[..n], at)?;
+        if piece[..n].iter().all(|&b| b == 0) {
+            return Ok(false);
+        }
+        at = to;
+    }
+    Ok(true)
+}
+
 /// Whether bytes `from..to` of `file` are all zero.
 pub(crate) fn all_zero(file: &File, from: u64, to: u64) -> std::io::Result<bool> {
     let mut rest = vec![0u8; CHUNK];

@@ -1,11 +1,14 @@
 //! Damage matrix (C15): for each state a segment can be in — active after a
 //! crash (zeros written ahead, recovery point past every acked record),
-//! active after a crash with acked records past the recovery point, sealed,
-//! cleanly closed — cut it at every byte of its last two frames, append
-//! garbage, zero a block in the middle and flip bits. Reopening must give
-//! back every acked record or report `Corrupt` naming the segment; an acked
-//! record may go without a word only past the recovery point of a crashed
-//! writer (nothing there was known complete).
+//! active after a crash with acked records past the recovery point, active
+//! after a crash once its zeros were extended a few times, active after a
+//! crash with frames too large for written zeros (a hole ahead), sealed,
+//! cleanly closed — remove the zeros and cut it at every byte of its last
+//! two frames, cut the zeros alone, append garbage, zero a block in the
+//! middle and flip bits. Reopening must give back every acked record or
+//! report `Corrupt` naming the segment. Every record here was acked, so
+//! any record missing after a reopen that succeeded is counted as silently
+//! lost, wherever it stood.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 mod support;
@@ -21,6 +24,11 @@ use support::{TOPIC, copy_tree, provision, segments};
 const ACKED: usize = 12;
 /// Records published after the last recovery point in the crash-past-point state.
 const PAST_POINT: usize = 2;
+/// Small records in the grown state: ~60-byte frames past 16 KiB of zeros,
+/// so the writer extended its zeros (and stored its extent) a few times.
+const GROWN: usize = 900;
+/// Records of the large state, each a frame of about 70 KiB.
+const LARGE: usize = 5;
 
 fn uid(i: usize) -> String {
     format!("u{i}")
@@ -31,10 +39,24 @@ fn value_for(i: usize) -> serde_json::Value {
     serde_json::json!({ "u": uid(i), "i": i })
 }
 
+/// A value whose frame is past the size written zeros are used for.
+fn large_value_for(i: usize) -> serde_json::Value {
+    serde_json::json!({ "u": uid(i), "i": i, "pad": "x".repeat(70 << 10) })
+}
+
 fn publish(bus: &dyn EventBus, from: usize, n: usize) {
+    publish_values(bus, from, n, value_for);
+}
+
+fn publish_values(
+    bus: &dyn EventBus,
+    from: usize,
+    n: usize,
+    value: fn(usize) -> serde_json::Value,
+) {
     for i in from..from + n {
         let ack = bus
-            .publish_idempotent(TOPIC, "k", &value_for(i), &uid(i))
+            .publish_idempotent(TOPIC, "k", &value(i), &uid(i))
             .unwrap();
         assert_eq!(ack.offset, i as u64);
     }
@@ -69,6 +91,10 @@ enum State {
     Crashed,
     /// Active, the writer killed with acked records past its recovery point.
     CrashedPastPoint,
+    /// Active, the writer killed after extending its zeros a few times.
+    CrashedGrown,
+    /// Active, the writer killed after frames too large for written zeros.
+    CrashedLarge,
     /// A sealed segment (the bus closed cleanly afterwards).
     Sealed,
     /// The active segment of a cleanly closed bus.
@@ -82,9 +108,36 @@ struct Template {
     target: PathBuf,
     /// Records acked in the partition.
     acked: usize,
-    /// Records known complete (below the recovery point).
-    known: usize,
     bytes: Vec<u8>,
+}
+
+impl Template {
+    fn value(&self, i: usize) -> serde_json::Value {
+        if self.state == State::CrashedLarge {
+            large_value_for(i)
+        } else {
+            value_for(i)
+        }
+    }
+
+    fn crashed(&self) -> bool {
+        self.state.crashed()
+    }
+}
+
+impl State {
+    const ALL: [Self; 6] = [
+        Self::Crashed,
+        Self::CrashedPastPoint,
+        Self::CrashedGrown,
+        Self::CrashedLarge,
+        Self::Sealed,
+        Self::Closed,
+    ];
+
+    fn crashed(self) -> bool {
+        !matches!(self, Self::Sealed | Self::Closed)
+    }
 }
 
 fn template(state: State) -> Template {
@@ -96,12 +149,23 @@ fn template(state: State) -> Template {
     };
     let bus = EmbeddedBus::open_with(live.path(), options).unwrap();
     provision(&bus, 1);
-    publish(&bus, 0, ACKED);
     let mut acked = ACKED;
-    let mut known = ACKED;
     match state {
-        State::Crashed | State::CrashedPastPoint => {
-            bus.maintenance(now_ms()).unwrap();
+        State::CrashedGrown => {
+            publish(&bus, 0, GROWN);
+            acked = GROWN;
+        }
+        State::CrashedLarge => {
+            publish_values(&bus, 0, LARGE, large_value_for);
+            acked = LARGE;
+        }
+        _ => publish(&bus, 0, ACKED),
+    }
+    match state {
+        State::Crashed | State::CrashedPastPoint | State::CrashedGrown | State::CrashedLarge => {
+            if matches!(state, State::Crashed | State::CrashedPastPoint) {
+                bus.maintenance(now_ms()).unwrap();
+            }
             if state == State::CrashedPastPoint {
                 publish(&bus, ACKED, PAST_POINT);
                 acked += PAST_POINT;
@@ -127,21 +191,17 @@ fn template(state: State) -> Template {
     };
     let bytes = std::fs::read(&target).unwrap();
     let zeros_ahead = bytes.last() == Some(&0);
-    let crashed = matches!(state, State::Crashed | State::CrashedPastPoint);
     assert_eq!(
-        zeros_ahead, crashed,
+        zeros_ahead,
+        state.crashed(),
         "{state:?}: zeros ahead only while open"
     );
-    if state == State::CrashedPastPoint {
-        known = ACKED;
-    }
     let target = target.strip_prefix(dir.path()).unwrap().to_path_buf();
     Template {
         state,
         dir,
         target,
         acked,
-        known,
         bytes,
     }
 }
@@ -150,9 +210,7 @@ fn template(state: State) -> Template {
 enum Outcome {
     Recovered,
     Corrupt,
-    /// Acked records past the recovery point were dropped as a torn tail.
-    TailDropped(usize),
-    /// Acked records known complete went without an error.
+    /// Acked records went without an error.
     Lost(usize),
 }
 
@@ -189,13 +247,12 @@ fn reopen(template: &Template, damage: &dyn Fn(&[u8]) -> Vec<u8>) -> Outcome {
     }
     for (i, event) in got.iter().enumerate() {
         assert_eq!(event.offset, i as u64, "hole");
-        assert_eq!(event.value, value_for(i), "offset {i}: wrong data");
+        assert_eq!(event.value, template.value(i), "offset {i}: wrong data");
     }
     let next = bus.offsets(TOPIC, 0).unwrap().next;
     assert_eq!(next, got.len() as u64, "records past the last fetched one");
     match template.acked - got.len() {
         0 => Outcome::Recovered,
-        gone if got.len() >= template.known => Outcome::TailDropped(gone),
         gone => Outcome::Lost(gone),
     }
 }
@@ -205,18 +262,18 @@ fn reopen(template: &Template, damage: &dyn Fn(&[u8]) -> Vec<u8>) -> Outcome {
 enum Expect {
     Corrupt,
     Recovered,
-    /// Damage past the recovery point: dropped, or refused when a frame after it verifies.
-    Unverified,
+    /// No acked record is touched: refusing the damage and dropping it
+    /// with the tail are both right.
+    Either,
 }
 
 impl Expect {
     fn allows(self, outcome: &Outcome) -> bool {
-        match (self, outcome) {
-            (_, Outcome::Lost(_)) => false,
-            (Self::Corrupt, Outcome::Corrupt) | (Self::Recovered, Outcome::Recovered) => true,
-            (Self::Unverified, _) => true,
-            _ => false,
-        }
+        matches!(
+            (self, outcome),
+            (Self::Corrupt | Self::Either, Outcome::Corrupt)
+                | (Self::Recovered | Self::Either, Outcome::Recovered)
+        )
     }
 }
 
@@ -230,40 +287,44 @@ struct Case {
     damage: Damage,
 }
 
-/// The damage cases for one state's target segment.
+/// The damage cases for one state's target segment. Every frame holds
+/// acked records, so damage inside one is `Corrupt`; so is a cut in the
+/// zeros a crashed writer had fsynced ahead (they cannot go missing in a
+/// crash). A flipped byte where the next frame would start may read as the
+/// first piece of a torn frame or as damage.
 fn cases(t: &Template) -> Vec<Case> {
     let (starts, frames_end) = frames(&t.bytes);
     assert!(starts.len() >= 3, "{:?}: {} frames", t.state, starts.len());
     let file_len = t.bytes.len();
-    let crashed = matches!(t.state, State::Crashed | State::CrashedPastPoint);
-    // Bytes at or past this hold only frames written after the recovery point.
-    let point_pos = match t.state {
-        State::CrashedPastPoint => starts[starts.len() - PAST_POINT],
-        _ => frames_end,
+    let crashed = t.crashed();
+    // Large frames are sampled; small ones cut at every byte.
+    let step = if t.state == State::CrashedLarge {
+        997
+    } else {
+        1
     };
-    let in_frames = |pos: usize| {
-        if pos >= point_pos {
-            Expect::Unverified
-        } else {
-            Expect::Corrupt
-        }
-    };
+    let last_two = starts[starts.len() - 2];
     let mut out = Vec::new();
-    for cut in starts[starts.len() - 2]..frames_end {
+    let mut cuts: Vec<usize> = (last_two..frames_end).step_by(step).collect();
+    cuts.push(frames_end - 1);
+    for cut in cuts {
         out.push(Case {
-            kind: "truncate",
+            kind: if crashed {
+                "zeros removed, frames cut"
+            } else {
+                "truncate"
+            },
             what: format!("cut at byte {cut}"),
-            expect: in_frames(cut),
+            expect: Expect::Corrupt,
             damage: Box::new(move |b| b[..cut].to_vec()),
         });
     }
     if crashed {
-        // Cuts in the zeros written ahead lose no frame.
         for cut in [frames_end, frames_end + 1, file_len - 1] {
             out.push(Case {
                 kind: "truncate",
                 what: format!("cut at byte {cut} in the zeros"),
-                expect: Expect::Recovered,
+                expect: Expect::Corrupt,
                 damage: Box::new(move |b| b[..cut].to_vec()),
             });
         }
@@ -303,12 +364,20 @@ fn cases(t: &Template) -> Vec<Case> {
             }),
         });
     }
-    let mut flips: Vec<(usize, Expect)> = (0..frames_end)
-        .step_by(7)
-        .map(|pos| (pos, in_frames(pos)))
+    // Every 7th byte of small segments; the last two frames (sampled) of
+    // the grown and large ones.
+    let (from, flip_step) = match t.state {
+        State::CrashedLarge => (last_two, 1009),
+        State::CrashedGrown => (last_two, 1),
+        _ => (0, 7),
+    };
+    let mut flips: Vec<(usize, Expect)> = (from..frames_end)
+        .step_by(flip_step)
+        .map(|pos| (pos, Expect::Corrupt))
         .collect();
     if crashed {
-        for pos in [frames_end, frames_end + 1000, file_len - 1] {
+        flips.push((frames_end, Expect::Either));
+        for pos in [frames_end + 1000, file_len - 1] {
             flips.push((pos, Expect::Recovered));
         }
     }
@@ -332,8 +401,6 @@ struct Tally {
     cases: usize,
     recovered: usize,
     corrupt: usize,
-    tails: usize,
-    tail_records: usize,
     lost_cases: usize,
     lost_records: usize,
 }
@@ -344,10 +411,6 @@ impl Tally {
         match outcome {
             Outcome::Recovered => self.recovered += 1,
             Outcome::Corrupt => self.corrupt += 1,
-            Outcome::TailDropped(n) => {
-                self.tails += 1;
-                self.tail_records += n;
-            }
             Outcome::Lost(n) => {
                 self.lost_cases += 1;
                 self.lost_records += n;
@@ -360,15 +423,9 @@ impl std::fmt::Display for Tally {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} cases, {} recovered, {} reported as Corrupt, {} unverified tails dropped \
-             ({} records past the recovery point), silently lost = {} ({} acked records)",
-            self.cases,
-            self.recovered,
-            self.corrupt,
-            self.tails,
-            self.tail_records,
-            self.lost_cases,
-            self.lost_records
+            "{} cases, {} recovered with every acked record, {} reported as Corrupt, \
+             silently lost = {} ({} acked records)",
+            self.cases, self.recovered, self.corrupt, self.lost_cases, self.lost_records
         )
     }
 }
@@ -378,12 +435,7 @@ fn damage_matrix_loses_no_acked_record_silently() {
     let mut total = Tally::default();
     let mut per_kind: BTreeMap<(State, &str), Tally> = BTreeMap::new();
     let mut unexpected = Vec::new();
-    for state in [
-        State::Crashed,
-        State::CrashedPastPoint,
-        State::Sealed,
-        State::Closed,
-    ] {
+    for state in State::ALL {
         let t = template(state);
         for case in cases(&t) {
             let outcome = reopen(&t, &case.damage);
@@ -413,20 +465,15 @@ fn damage_matrix_loses_no_acked_record_silently() {
         "{} cases ended otherwise than expected",
         unexpected.len()
     );
-    // Both outcomes occur, and dropping is confined to unverified tails.
-    assert!(total.recovered > 0 && total.corrupt > 0 && total.tails > 0);
+    // Both outcomes occur.
+    assert!(total.recovered > 0 && total.corrupt > 0);
 }
 
 /// The crash states really are crash states: reopening the untouched
 /// snapshot gives every acked record back.
 #[test]
 fn untouched_snapshots_recover_everything() {
-    for state in [
-        State::Crashed,
-        State::CrashedPastPoint,
-        State::Sealed,
-        State::Closed,
-    ] {
+    for state in State::ALL {
         let t = template(state);
         assert_eq!(reopen(&t, &<[u8]>::to_vec), Outcome::Recovered, "{state:?}");
     }
