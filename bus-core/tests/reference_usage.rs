@@ -161,7 +161,10 @@ fn a_bus_with_only_the_required_methods_gets_the_reference_defaults() {
     assert_eq!(again.offset, 10);
     let found = bus.find_event_by_uid("audit", "agent-1", "u7").unwrap();
     assert_eq!(found, Some(acks[7].clone()));
-    assert_eq!(bus.find_event_by_uid("audit", "agent-1", "nope").unwrap(), None);
+    assert_eq!(
+        bus.find_event_by_uid("audit", "agent-1", "nope").unwrap(),
+        None
+    );
     assert_eq!(bus.maintenance(0).unwrap(), 0);
     assert!(matches!(
         bus.find_event_by_uid("missing", "agent-1", "u1"),
@@ -218,11 +221,18 @@ fn records_serialize_to_the_reference_json_and_back() {
 #[test]
 fn partition_for_is_the_references_fnv1a() {
     // The reference's own tests.
-    assert_eq!(partition_for("agent-inst-1", 8), partition_for("agent-inst-1", 8));
-    let spread: std::collections::HashSet<u32> =
-        (0..100).map(|i| partition_for(&format!("inst-{i}"), 8)).collect();
+    assert_eq!(
+        partition_for("agent-inst-1", 8),
+        partition_for("agent-inst-1", 8)
+    );
+    let spread: std::collections::HashSet<u32> = (0..100)
+        .map(|i| partition_for(&format!("inst-{i}"), 8))
+        .collect();
     assert!(spread.len() >= 6, "poor partition spread: {spread:?}");
     assert_eq!(partition_for("x", 0), 0);
     // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c: the same partition everywhere.
-    assert_eq!(partition_for("a", 1000), (0xaf63_dc4c_8601_ec8c_u64 % 1000) as u32);
+    assert_eq!(
+        partition_for("a", 1000),
+        (0xaf63_dc4c_8601_ec8c_u64 % 1000) as u32
+    );
 }

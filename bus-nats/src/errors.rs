@@ -231,7 +231,10 @@ mod tests {
     #[test]
     fn an_api_refusal_keeps_the_servers_answer() {
         let error = api_error("creating", api(ErrorCode::STREAM_NOT_FOUND.0));
-        assert!(matches!(error, BusError::BackendFailure { .. }), "{error:?}");
+        assert!(
+            matches!(error, BusError::BackendFailure { .. }),
+            "{error:?}"
+        );
         assert_eq!(
             cause::<jetstream::Error>(&error).error_code(),
             ErrorCode::STREAM_NOT_FOUND
@@ -268,7 +271,10 @@ mod tests {
         else {
             panic!("an API refusal is mapped");
         };
-        assert!(matches!(error, BusError::BackendFailure { .. }), "{error:?}");
+        assert!(
+            matches!(error, BusError::BackendFailure { .. }),
+            "{error:?}"
+        );
         let publish = cause::<PublishError>(&error);
         assert!(
             publish

@@ -125,7 +125,10 @@ fn a_schema_from_a_newer_version_is_refused() {
         schema.options.schema
     ));
     let error = PostgresBus::connect_with(schema.options.clone()).expect_err("newer schema");
-    assert!(matches!(error, BusError::BackendFailure { .. }), "{error:?}");
+    assert!(
+        matches!(error, BusError::BackendFailure { .. }),
+        "{error:?}"
+    );
     let message = error.to_string();
     assert!(
         message.contains("99") && message.contains("upgrade"),
