@@ -874,7 +874,13 @@ impl Partition {
             return Ok(());
         }
         let ahead = match self.options.durability {
-            Durability::Sync => end.clamp(ZERO_AHEAD_MIN, ZERO_AHEAD_MAX),
+            Durability::Sync if len < ZERO_AHEAD_FRAMES_UNDER => {
+                end.clamp(ZERO_AHEAD_MIN, ZERO_AHEAD_MAX)
+            }
+            // A hole costs no disk: room for the next large write or more,
+            // so its extent is stored at most every other such write (every
+            // 4 MiB for batches of ~200 KB).
+            Durability::Sync => len.max(ZERO_AHEAD_MAX),
             Durability::Interval(_) => 0,
         };
         // Never past the size at which the segment rolls.
