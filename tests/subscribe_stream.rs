@@ -68,3 +68,106 @@ fn a_stream_delivers_in_a_current_thread_runtime_and_its_drop_joins_the_thread()
         std::thread::yield_now();
     }
 }
+
+/// C18: the stream hands out what the synchronous handle would, whatever
+/// the timing: its thread reads only when the consumer asks, so 10 records
+/// published into `max_lag(4)` before the first poll are `Lagged(6)` and
+/// the newest four, every time (it read ahead and gave `[1, Lagged(5), 7,
+/// ...]` in most runs before). The embedded log's fsynced publishes leave
+/// the stream's thread time to wake between two of them.
+#[test]
+fn a_stream_decides_lag_when_an_item_is_asked_for_not_ahead() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bus = bus::EmbeddedBus::open(dir.path()).expect("open");
+    for round in 0..30 {
+        let topic = format!("lag-{round}");
+        bus.provision(&Manifest::new([TopicSpec::new(&topic, 1)]))
+            .expect("provision");
+        let mut stream = bus
+            .subscribe(
+                &topic,
+                Selector::Topic,
+                StartAt::Now,
+                SubscribeOptions::default().max_lag(4),
+            )
+            .expect("subscribe")
+            .into_stream()
+            .expect("stream");
+        for n in 1..=10 {
+            bus.publish(&topic, "k", &json!({ "n": n }))
+                .expect("publish");
+        }
+        let items: Vec<SubscriptionItem> = runtime.block_on(async {
+            let mut items = Vec::new();
+            for _ in 0..5 {
+                let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
+                    .await
+                    .expect("an item in time")
+                    .expect("the stream goes on")
+                    .expect("not an error");
+                items.push(item);
+            }
+            items
+        });
+        assert_eq!(
+            items[0],
+            SubscriptionItem::Lagged {
+                partition: 0,
+                skipped: 6,
+                next_offset: 6
+            },
+            "round {round}: {items:?}"
+        );
+        let offsets: Vec<u64> = items[1..]
+            .iter()
+            .filter_map(|item| item.event().map(|event| event.offset))
+            .collect();
+        assert_eq!(offsets, vec![6, 7, 8, 9], "round {round}");
+    }
+}
+
+/// C17: dropping the bus ends its subscriptions, sync and streamed: a
+/// `recv` returns `None` and the stream ends, instead of waiting forever.
+#[test]
+fn dropping_the_memory_bus_ends_its_subscriptions() {
+    let bus = MemoryBus::new();
+    bus.provision(&Manifest::new([TopicSpec::new("audit", 1)]))
+        .expect("provision");
+    let open = |bus: &MemoryBus| {
+        bus.subscribe(
+            "audit",
+            Selector::Topic,
+            StartAt::Now,
+            SubscribeOptions::default(),
+        )
+        .expect("subscribe")
+    };
+    let mut sync = open(&bus);
+    let stream = open(&bus).into_stream().expect("stream");
+    // Another handle's subscription is not the dropped bus's.
+    let other = bus.handle();
+    let mut others = open(&other);
+    let ended = std::thread::spawn(move || sync.recv().is_none());
+    drop(bus);
+    assert!(ended.join().expect("waiter"), "recv ends with the bus");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let mut stream = stream;
+        let end = tokio::time::timeout(Duration::from_secs(10), stream.next()).await;
+        assert!(matches!(end, Ok(None)), "the stream ends: {end:?}");
+    });
+    other
+        .publish("audit", "k", &json!({"n": 1}))
+        .expect("publish");
+    assert!(matches!(
+        others.recv_timeout(Duration::from_secs(10)),
+        Ok(Some(SubscriptionItem::Record { .. }))
+    ));
+}

@@ -57,5 +57,5 @@ pub use record::{
 pub use secrets::is_secret_setting;
 pub use subscription::{
     Doorbell, DoorbellRegistry, Feed, Selector, StartAt, SubscribeOptions, Subscription,
-    SubscriptionItem, SubscriptionStream,
+    SubscriptionItem, SubscriptionOwner, SubscriptionStream,
 };

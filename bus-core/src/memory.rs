@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::auth::{RecordAuth, RecordParts};
-use crate::subscription::Plan;
+use crate::subscription::{Doorbell, Plan};
 use crate::{
     BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
     Manifest, PartitionOffsets, PreparedRecord, PublishAck, RawRecord, Selector, StartAt,
@@ -27,12 +27,39 @@ use crate::{
 /// let ack = bus.publish("audit", "agent-1", &serde_json::json!({"n": 1})).unwrap();
 /// assert_eq!(ack.offset, 0);
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryBus {
     store: Arc<Store>,
     /// Shared with this handle's subscriptions, so they verify with the
     /// key set later too.
     auth: Arc<RwLock<Option<RecordAuth>>>,
+    /// The doorbells of the subscriptions made through this handle, closed
+    /// when it drops so they end (C17); `None` in a subscription's feed.
+    owned: Option<Mutex<Vec<std::sync::Weak<Doorbell>>>>,
+}
+
+impl Default for MemoryBus {
+    fn default() -> Self {
+        Self {
+            store: Arc::default(),
+            auth: Arc::default(),
+            owned: Some(Mutex::default()),
+        }
+    }
+}
+
+impl Drop for MemoryBus {
+    fn drop(&mut self) {
+        let Some(owned) = self.owned.take() else {
+            return;
+        };
+        let bells = owned
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for bell in bells.iter().filter_map(std::sync::Weak::upgrade) {
+            bell.close();
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +103,7 @@ impl MemoryBus {
         Self {
             store: Arc::clone(&self.store),
             auth: Arc::default(),
+            owned: Some(Mutex::default()),
         }
     }
 
@@ -424,15 +452,18 @@ impl EventBus for MemoryBus {
         // Registered after the plan's positions were read: the first receive
         // reads before it waits, so a record appended in between is not missed.
         let bell = self.store.bells.register(topic);
+        if let Some(owned) = &self.owned {
+            let mut owned = owned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            owned.retain(|bell| bell.strong_count() > 0);
+            owned.push(Arc::downgrade(&bell));
+        }
         let feed = MemoryBus {
             store: Arc::clone(&self.store),
             auth: Arc::clone(&self.auth),
+            owned: None,
         };
-        Ok(Subscription::new(
-            plan,
-            options,
-            Box::new(FetchFeed::new(feed, topic)),
-            bell,
-        ))
+        Subscription::new(plan, options, Box::new(FetchFeed::new(feed, topic)), bell)
     }
 }

@@ -88,5 +88,5 @@ pub(crate) fn subscribe(
         feed._watch = Some(Watch::start(dirs, Arc::clone(&bell))?);
     }
     let plan = Plan::new(bus, topic, selector, start)?;
-    Ok(Subscription::new(plan, options, Box::new(feed), bell))
+    Subscription::new(plan, options, Box::new(feed), bell)
 }

@@ -57,6 +57,7 @@ impl KafkaBus {
         Self {
             executor: Arc::clone(&self.executor),
             core: Arc::clone(&self.core),
+            subscriptions: Arc::clone(&self.subscriptions),
         }
     }
 

@@ -91,6 +91,9 @@ pub struct KafkaBus {
     // first use; shared with the async surface's internal handles.
     executor: Arc<OnceLock<ConnectorExecutor>>,
     core: Arc<Core>,
+    /// The live subscriptions' doorbells, shared with the internal handles
+    /// and not with the feeds: they end when the bus is dropped (C17).
+    subscriptions: Arc<bus_core::SubscriptionOwner>,
 }
 
 impl std::fmt::Debug for KafkaBus {
@@ -177,6 +180,7 @@ impl KafkaBus {
                 brokers,
                 options,
             }),
+            subscriptions: Arc::default(),
         };
         let core = &bus.core;
         lock(&core.registry).refresh(&core.options, &core.pool.meta(), bus.deadline())?;

@@ -62,7 +62,7 @@ impl KafkaBus {
     ) -> Result<Subscription, BusError> {
         let entry = self.entry(topic)?;
         let plan = Plan::new(self, topic, selector, start)?;
-        let bell = Doorbell::new();
+        let bell = self.subscriptions.register(topic);
         let feed = KafkaFeed::start(
             Arc::clone(&self.core),
             topic,
@@ -70,7 +70,7 @@ impl KafkaBus {
             &plan.partitions,
             Arc::clone(&bell),
         )?;
-        Ok(Subscription::new(plan, options, Box::new(feed), bell))
+        Subscription::new(plan, options, Box::new(feed), bell)
     }
 }
 

@@ -499,6 +499,8 @@ impl Drop for NatsBus {
         if !self.primary {
             return;
         }
+        // Its subscriptions end (their feeds stop with them).
+        self.shared.bells.close_all();
         // Delete the readers' consumers now rather than leaving them to the
         // server's inactivity expiry.
         let cursors: Vec<(String, String)> = self

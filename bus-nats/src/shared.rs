@@ -30,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) clustered: bool,
     topics: RwLock<HashMap<String, Arc<TopicState>>>,
     auth: RwLock<Option<RecordAuth>>,
+    /// The doorbells of the live subscriptions, closed when the bus drops
+    /// so they end (C17).
+    pub(crate) bells: bus_core::DoorbellRegistry,
 }
 
 /// A provisioned topic as the server recorded it.
@@ -92,6 +95,7 @@ impl Shared {
             clustered: false,
             topics: RwLock::new(HashMap::new()),
             auth: RwLock::new(None),
+            bells: bus_core::DoorbellRegistry::new(),
         }
     }
 

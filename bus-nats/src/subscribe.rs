@@ -58,7 +58,7 @@ impl NatsBus {
     ) -> Result<Subscription, BusError> {
         let state = self.topic(topic)?;
         let plan = Plan::new(self, topic, selector, start)?;
-        let bell = Doorbell::new();
+        let bell = self.shared().bells.register(topic);
         let feed = NatsFeed::start(
             self.runner()?,
             Arc::clone(self.shared()),
@@ -66,7 +66,7 @@ impl NatsBus {
             &plan.partitions,
             Arc::clone(&bell),
         )?;
-        Ok(Subscription::new(plan, options, Box::new(feed), bell))
+        Subscription::new(plan, options, Box::new(feed), bell)
     }
 }
 

@@ -230,7 +230,7 @@ impl EventBus for PostgresBus {
             .run("subscribe", move |shared| listen::listen(shared, state))?;
         let plan = Plan::new(self, topic, &selector, start)?;
         let feed = PgFeed::new(&self.core, topic);
-        Ok(Subscription::new(plan, options, Box::new(feed), bell))
+        Subscription::new(plan, options, Box::new(feed), bell)
     }
 }
 

@@ -7,6 +7,7 @@ mod exclusive;
 mod input;
 mod offsets;
 mod provision;
+mod resume;
 mod retention;
 mod subscribe;
 
@@ -17,6 +18,7 @@ pub use exclusive::*;
 pub use input::*;
 pub use offsets::*;
 pub use provision::*;
+pub use resume::*;
 pub use retention::*;
 pub use subscribe::*;
 
@@ -91,6 +93,12 @@ macro_rules! __for_each_case {
             c17_subscribe_errors,
             c17_drop_disturbs_no_other,
             c17_idle_wait_returns_in_time_and_wakes_on_publish,
+            c17_positions_are_where_delivery_continues,
+            c17_topic_subscription_resumes_from_positions,
+            c17_start_past_the_head_is_an_error_naming_it,
+            c17_start_time_in_the_future_delivers_only_later_records,
+            c18_max_lag_zero_is_an_invalid_argument,
+            c17_subscription_ends_when_its_bus_is_dropped,
             c18_bounded_lag_reports_the_dropped_prefix_then_keeps_working,
             c18_subscriber_that_keeps_up_never_lags,
             c18_many_subscribers_lag_independently,

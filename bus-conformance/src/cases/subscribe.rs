@@ -13,11 +13,11 @@ use crate::util::{key_for_partition, ok, poll_until, publish_n};
 use crate::{CaseResult, Ctx, RawRecord};
 
 /// Longest wait for one item (network backends included).
-const ITEM_WAIT: Duration = Duration::from_secs(15);
+pub(super) const ITEM_WAIT: Duration = Duration::from_secs(15);
 /// How long "nothing more arrives" is watched for.
-const QUIET: Duration = Duration::from_millis(300);
+pub(super) const QUIET: Duration = Duration::from_millis(300);
 
-fn subscribe(
+pub(super) fn subscribe(
     bus: &dyn EventBus,
     topic: &str,
     selector: Selector,
@@ -28,7 +28,7 @@ fn subscribe(
 }
 
 /// The next item, within [`ITEM_WAIT`].
-fn next_item(sub: &mut Subscription, what: &str) -> Result<SubscriptionItem, BusError> {
+pub(super) fn next_item(sub: &mut Subscription, what: &str) -> Result<SubscriptionItem, BusError> {
     let deadline = Instant::now() + ITEM_WAIT;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -42,7 +42,7 @@ fn next_item(sub: &mut Subscription, what: &str) -> Result<SubscriptionItem, Bus
 }
 
 /// The next item, which must be a record.
-fn next_event(sub: &mut Subscription, what: &str) -> StoredEvent {
+pub(super) fn next_event(sub: &mut Subscription, what: &str) -> StoredEvent {
     match next_item(sub, what) {
         Ok(SubscriptionItem::Record { event, .. }) => event,
         other => panic!("{what}: expected a record, got {other:?}"),
@@ -50,14 +50,14 @@ fn next_event(sub: &mut Subscription, what: &str) -> StoredEvent {
 }
 
 /// Asserts nothing arrives for [`QUIET`].
-fn assert_quiet(sub: &mut Subscription, what: &str) {
+pub(super) fn assert_quiet(sub: &mut Subscription, what: &str) {
     match sub.recv_timeout(QUIET) {
         Ok(None) => {}
         other => panic!("{what}: expected nothing, got {other:?}"),
     }
 }
 
-fn n_of(event: &StoredEvent) -> u64 {
+pub(super) fn n_of(event: &StoredEvent) -> u64 {
     event.value["n"]
         .as_u64()
         .unwrap_or_else(|| panic!("no n in {event:?}"))

@@ -150,6 +150,28 @@ impl DoorbellRegistry {
     }
 }
 
+/// The doorbells of one bus's live subscriptions, for a backend whose
+/// handles share it: when the last handle that holds it drops, every
+/// subscription made through them ends (C17: `None`, the stream ends).
+/// Subscriptions' own machinery must not hold it.
+#[derive(Debug, Default)]
+pub struct SubscriptionOwner {
+    bells: DoorbellRegistry,
+}
+
+impl SubscriptionOwner {
+    /// A doorbell for a new subscription of `topic`.
+    pub fn register(&self, topic: &str) -> Arc<Doorbell> {
+        self.bells.register(topic)
+    }
+}
+
+impl Drop for SubscriptionOwner {
+    fn drop(&mut self) {
+        self.bells.close_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,9 +31,26 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 struct Cursor {
     partition: u32,
+    /// The next offset to read (records up to it are queued or skipped).
     next: u64,
+    /// The next offset not yet handed to the caller: what
+    /// [`Subscription::positions`] reports.
+    delivered: u64,
+    /// A time start: records stored before it are passed over until the
+    /// first one at or after it.
+    not_before: Option<u64>,
     retry_at: Option<Instant>,
     retry_pause: Duration,
+}
+
+/// A queued item and where its partition's delivery stands once it is
+/// handed out; an entry without an item only moves that position (records
+/// the key or time filter passed over).
+#[derive(Debug)]
+struct Pending {
+    cursor: usize,
+    position: Option<u64>,
+    item: Option<Result<SubscriptionItem, BusError>>,
 }
 
 /// A live subscription: history from its start, then the live tail.
@@ -48,7 +65,7 @@ pub struct Subscription {
     max_lag: Option<u64>,
     cursors: Vec<Cursor>,
     turn: usize,
-    pending: VecDeque<Result<SubscriptionItem, BusError>>,
+    pending: VecDeque<Pending>,
     feed: Box<dyn Feed>,
     bell: Arc<Doorbell>,
 }
@@ -65,24 +82,29 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    /// A subscription over `plan`, reading through `feed` and woken by `bell`.
+    /// A subscription over `plan`, reading through `feed` and woken by
+    /// `bell`; options no subscription can honour are
+    /// [`BusError::InvalidArgument`].
     pub fn new(
         plan: Plan,
         options: SubscribeOptions,
         feed: Box<dyn Feed>,
         bell: Arc<Doorbell>,
-    ) -> Self {
+    ) -> Result<Self, BusError> {
+        options.validate()?;
         let cursors = plan
             .partitions
             .into_iter()
             .map(|(partition, next)| Cursor {
                 partition,
                 next,
+                delivered: next,
+                not_before: plan.not_before,
                 retry_at: None,
                 retry_pause: RETRY_FIRST,
             })
             .collect();
-        Self {
+        Ok(Self {
             topic: plan.topic,
             key: plan.key,
             max_lag: options.max_lag,
@@ -91,7 +113,7 @@ impl Subscription {
             pending: VecDeque::new(),
             feed,
             bell,
-        }
+        })
     }
 
     /// The subscribed topic.
@@ -99,14 +121,74 @@ impl Subscription {
         &self.topic
     }
 
-    /// The offset each partition's delivery continues at.
+    /// Per partition, the next offset not yet handed to the caller: where
+    /// delivery continues. Records read ahead but not yet received do not
+    /// count, so a checkpoint of this, given back as
+    /// [`super::StartAt::Positions`], resumes with no gap and no duplicate.
     pub fn positions(&self) -> Vec<(u32, u64)> {
-        self.cursors.iter().map(|c| (c.partition, c.next)).collect()
+        self.cursors
+            .iter()
+            .map(|c| (c.partition, c.delivered))
+            .collect()
     }
 
     /// Whether the bus behind it is gone (nothing more will arrive).
     pub fn is_closed(&self) -> bool {
-        self.pending.is_empty() && self.bell.is_closed()
+        self.pending.iter().all(|entry| entry.item.is_none()) && self.bell.is_closed()
+    }
+
+    /// The next queued item, moving delivery positions past it (and past
+    /// what the filters passed over before it).
+    fn pop(&mut self) -> Option<Result<SubscriptionItem, BusError>> {
+        while let Some(entry) = self.pending.pop_front() {
+            if let Some(position) = entry.position {
+                self.cursors[entry.cursor].delivered = position;
+            }
+            if entry.item.is_some() {
+                return entry.item;
+            }
+        }
+        None
+    }
+
+    /// Queues `item` for cursor `index`, after which delivery stands at
+    /// `position`.
+    fn queue(
+        &mut self,
+        index: usize,
+        position: Option<u64>,
+        item: Result<SubscriptionItem, BusError>,
+    ) {
+        self.pending.push_back(Pending {
+            cursor: index,
+            position,
+            item: Some(item),
+        });
+    }
+
+    /// Notes that delivery of cursor `index` passes `position` with nothing
+    /// to hand out (one entry for a run of filtered records).
+    fn pass_over(&mut self, index: usize, position: u64) {
+        if let Some(last) = self.pending.back_mut()
+            && last.item.is_none()
+            && last.cursor == index
+        {
+            last.position = Some(position);
+            return;
+        }
+        if self.pending.is_empty() {
+            self.cursors[index].delivered = position;
+            return;
+        }
+        self.pending.push_back(Pending {
+            cursor: index,
+            position: Some(position),
+            item: None,
+        });
+    }
+
+    fn has_item(&self) -> bool {
+        self.pending.iter().any(|entry| entry.item.is_some())
     }
 
     /// The doorbell this subscription sleeps on (closing it ends the
@@ -143,7 +225,7 @@ impl Subscription {
         deadline: Option<Instant>,
     ) -> Option<Result<SubscriptionItem, BusError>> {
         loop {
-            if let Some(item) = self.pending.pop_front() {
+            if let Some(item) = self.pop() {
                 return Some(item);
             }
             if self.bell.is_closed() {
@@ -181,7 +263,7 @@ impl Subscription {
             let index = (self.turn + step) % count;
             let before = self.cursors[index].next;
             self.fill_one(index);
-            if !self.pending.is_empty() || self.cursors[index].next != before {
+            if self.has_item() || self.cursors[index].next != before {
                 self.turn = (index + 1) % count;
                 return true;
             }
@@ -204,7 +286,7 @@ impl Subscription {
                 let cursor = &mut self.cursors[index];
                 cursor.retry_at = Some(now + cursor.retry_pause);
                 cursor.retry_pause = (cursor.retry_pause * 2).min(RETRY_MAX);
-                self.pending.push_back(Err(error));
+                self.queue(index, None, Err(error));
             }
         }
     }
@@ -218,7 +300,7 @@ impl Subscription {
             crate::metrics::lag(&self.topic, partition, head.saturating_sub(next));
             if head.saturating_sub(next) > max_lag {
                 let resume = head - max_lag;
-                self.report_lagged(partition, resume - next, resume);
+                self.report_lagged(index, resume - next, resume);
                 self.cursors[index].next = resume;
             }
             page = page.min(usize::try_from(max_lag).unwrap_or(usize::MAX).max(1));
@@ -254,16 +336,20 @@ impl Subscription {
                         // The prefix reads as nothing: retention took it
                         // since the first read. Report the gap and go on to
                         // the forged record (re-reading would never move).
-                        self.report_lagged(partition, offset - next, offset);
+                        self.report_lagged(index, offset - next, offset);
                         self.cursors[index].next = offset;
                     }
                 }
-                self.pending.push_back(Err(BusError::Integrity {
-                    topic,
-                    partition: bad_partition,
-                    offset,
-                    reason,
-                }));
+                self.queue(
+                    index,
+                    Some(offset + 1),
+                    Err(BusError::Integrity {
+                        topic,
+                        partition: bad_partition,
+                        offset,
+                        reason,
+                    }),
+                );
                 self.cursors[index].next = offset + 1;
                 return Ok(());
             }
@@ -273,19 +359,23 @@ impl Subscription {
         Ok(())
     }
 
-    /// Queues `Lagged` for records of `partition` the subscriber will never
-    /// see, and counts them for operators.
-    fn report_lagged(&mut self, partition: u32, skipped: u64, next_offset: u64) {
+    /// Queues `Lagged` for records of cursor `index`'s partition the
+    /// subscriber will never see, and counts them for operators.
+    fn report_lagged(&mut self, index: usize, skipped: u64, next_offset: u64) {
         crate::metrics::lagged(&self.topic, skipped);
-        self.pending.push_back(Ok(SubscriptionItem::Lagged {
-            partition,
-            skipped,
-            next_offset,
-        }));
+        let partition = self.cursors[index].partition;
+        self.queue(
+            index,
+            Some(next_offset),
+            Ok(SubscriptionItem::Lagged {
+                partition,
+                skipped,
+                next_offset,
+            }),
+        );
     }
 
     fn push_events(&mut self, index: usize, events: Vec<StoredEvent>) {
-        let partition = self.cursors[index].partition;
         for event in events {
             let next = self.cursors[index].next;
             if event.offset < next {
@@ -293,14 +383,29 @@ impl Subscription {
             }
             if event.offset > next {
                 // Retention took these before they were read.
-                self.report_lagged(partition, event.offset - next, event.offset);
+                self.report_lagged(index, event.offset - next, event.offset);
             }
-            self.cursors[index].next = event.offset + 1;
+            let position = event.offset + 1;
+            self.cursors[index].next = position;
+            let cursor = &mut self.cursors[index];
+            if let Some(time) = cursor.not_before {
+                if event.stored_at < time {
+                    self.pass_over(index, position);
+                    continue;
+                }
+                // From the first record at or after the time on, the log's
+                // order decides (a clock step back does not hide records).
+                cursor.not_before = None;
+            }
             if self.key.as_deref().is_none_or(|key| key == event.key) {
-                self.pending.push_back(Ok(SubscriptionItem::Record {
-                    topic: self.topic.clone(),
-                    event,
-                }));
+                let topic = self.topic.clone();
+                self.queue(
+                    index,
+                    Some(position),
+                    Ok(SubscriptionItem::Record { topic, event }),
+                );
+            } else {
+                self.pass_over(index, position);
             }
         }
     }
@@ -388,6 +493,7 @@ mod tests {
             topic: "t".to_owned(),
             partitions: vec![(0, 0)],
             key: None,
+            not_before: None,
         };
         Subscription::new(
             plan,
@@ -395,6 +501,7 @@ mod tests {
             Box::new(feed),
             Doorbell::new(),
         )
+        .expect("valid options")
     }
 
     /// Offsets 0..3 expired, 3 forged, 4 authentic: the gap is `Lagged(3)`,

@@ -14,12 +14,12 @@ mod handle;
 mod plan;
 mod stream;
 
-pub use doorbell::{Doorbell, DoorbellRegistry};
+pub use doorbell::{Doorbell, DoorbellRegistry, SubscriptionOwner};
 pub use handle::{Feed, Subscription};
 pub use plan::{Plan, resolve_start};
 pub use stream::SubscriptionStream;
 
-use crate::StoredEvent;
+use crate::{BusError, StoredEvent};
 
 /// Which records of a topic a subscription delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,17 +34,27 @@ pub enum Selector {
 }
 
 /// Where a subscription starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartAt {
     /// The oldest retained record of each partition.
     Beginning,
-    /// This offset (one-partition and key selectors only).
+    /// This offset (one-partition and key selectors only). An offset past
+    /// the partition's head is [`BusError::InvalidArgument`] naming the
+    /// head: the log never silently skips what is published later.
     Offset(u64),
     /// The head of each partition when `subscribe` returns: every record
     /// acked after that is delivered, none acked before.
     Now,
-    /// The first record with `stored_at >=` this epoch-millisecond time.
+    /// The first record with `stored_at >=` this epoch-millisecond time;
+    /// a time in the future delivers only records stored at or after it.
     Time(u64),
+    /// Per partition, the offset to go on at: what
+    /// [`Subscription::positions`] returned, to resume a checkpoint with no
+    /// gap and no duplicate. A partition of the selector that the list
+    /// omits starts at its oldest retained record (nothing is skipped); a
+    /// partition outside the selector, a partition named twice or an offset
+    /// past a partition's head is [`BusError::InvalidArgument`].
+    Positions(Vec<(u32, u64)>),
 }
 
 /// Options of a subscription.
@@ -54,15 +64,28 @@ pub struct SubscribeOptions {
     /// When more than this many records behind a partition's head, jump
     /// forward to keep only the newest `max_lag` and report
     /// [`SubscriptionItem::Lagged`] first. `None`: read everything retained.
+    /// At least 1 (`subscribe` refuses 0 as an invalid argument).
     pub max_lag: Option<u64>,
 }
 
 impl SubscribeOptions {
-    /// Sets `max_lag`.
+    /// Sets `max_lag` (checked by `subscribe`: 0 is refused).
     #[must_use]
     pub fn max_lag(mut self, max_lag: u64) -> Self {
         self.max_lag = Some(max_lag);
         self
+    }
+
+    /// Refuses what no subscription can honour: `max_lag(0)` would skip
+    /// every record.
+    pub fn validate(&self) -> Result<(), BusError> {
+        if self.max_lag == Some(0) {
+            return Err(BusError::invalid(
+                "max_lag",
+                "must be at least 1 (0 would skip every record); leave it unset to read everything retained",
+            ));
+        }
+        Ok(())
     }
 }
 
