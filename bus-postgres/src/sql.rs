@@ -133,9 +133,14 @@ impl Sql {
                 "SELECT next_offset FROM {s}.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
             ),
             claims: format!(
+                // Two ranges, one per index (an `OR` would scan the partition).
                 "SELECT uid, \"offset\", key, value, tag, claim, stored_at FROM {s}.records
-                 WHERE topic_id = $1 AND partition = $2 AND (uid = ANY($3) OR claim = ANY($3))
-                 ORDER BY \"offset\""
+                 WHERE topic_id = $1 AND partition = $2 AND uid = ANY($3)
+                 UNION ALL
+                 SELECT uid, \"offset\", key, value, tag, claim, stored_at FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND claim = ANY($3)
+                   AND (uid IS NULL OR uid <> ALL($3))
+                 ORDER BY 2"
             ),
             occupied: format!(
                 "SELECT \"offset\" FROM {s}.records
