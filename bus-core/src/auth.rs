@@ -34,6 +34,21 @@ impl std::fmt::Debug for RecordAuth {
     }
 }
 
+/// Domain-separation label of tags that also cover a record's place in its
+/// log ([`RecordAuth::tag_at`]), so such a tag never verifies as a plain one.
+const PLACED_LABEL: &[u8] = b"bus/record-at/v2";
+
+/// Where a record sits in its log, for a backend that knows it before it
+/// writes the record's tag (PostgreSQL assigns the offset inside the
+/// transaction that writes the tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordPlace {
+    /// The record's offset in its partition.
+    pub offset: u64,
+    /// The record's `stored_at` (epoch ms).
+    pub stored_at: u64,
+}
+
 /// The parts of a record a tag covers.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordParts<'a> {
@@ -80,26 +95,52 @@ impl RecordAuth {
         self.mac(parts).verify_slice(tag).is_ok()
     }
 
+    /// The tag of `parts` at `place`: also covers the offset and the
+    /// stored-at time, so a record moved to another offset or re-timed
+    /// fails. Never equal to [`Self::tag`] of the same parts.
+    pub fn tag_at(&self, parts: RecordParts<'_>, place: RecordPlace) -> [u8; TAG_LEN] {
+        self.mac_at(parts, place).finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the [`Self::tag_at`] of `parts` at `place`
+    /// (constant-time comparison).
+    pub fn verify_at(&self, parts: RecordParts<'_>, place: RecordPlace, tag: &[u8]) -> bool {
+        self.mac_at(parts, place).verify_slice(tag).is_ok()
+    }
+
+    fn mac_at(&self, parts: RecordParts<'_>, place: RecordPlace) -> HmacSha256 {
+        let mut mac = mac_for(self.key.expose_secret());
+        mac.update(PLACED_LABEL);
+        Self::fields(&mut mac, parts);
+        mac.update(&place.offset.to_be_bytes());
+        mac.update(&place.stored_at.to_be_bytes());
+        mac
+    }
+
     fn mac(&self, parts: RecordParts<'_>) -> HmacSha256 {
         let mut mac = mac_for(self.key.expose_secret());
+        Self::fields(&mut mac, parts);
+        mac
+    }
+
+    fn fields(mac: &mut HmacSha256, parts: RecordParts<'_>) {
         // Length-prefix every variable field so no two different records
         // hash the same byte stream.
         let field = |mac: &mut HmacSha256, bytes: &[u8]| {
             mac.update(&(bytes.len() as u64).to_be_bytes());
             mac.update(bytes);
         };
-        field(&mut mac, parts.topic.as_bytes());
+        field(mac, parts.topic.as_bytes());
         mac.update(&parts.partition.to_be_bytes());
-        field(&mut mac, parts.key.as_bytes());
+        field(mac, parts.key.as_bytes());
         match parts.uid {
             Some(uid) => {
                 mac.update(&[1]);
-                field(&mut mac, uid.as_bytes());
+                field(mac, uid.as_bytes());
             }
             None => mac.update(&[0]),
         }
-        field(&mut mac, parts.value);
-        mac
+        field(mac, parts.value);
     }
 }
 
@@ -213,6 +254,29 @@ mod tests {
             ..parts(b"1")
         });
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn placed_tags_cover_offset_and_time() {
+        let auth = RecordAuth::new(&[3; 32]);
+        let place = RecordPlace {
+            offset: 5,
+            stored_at: 1_000,
+        };
+        let tag = auth.tag_at(parts(b"{}"), place);
+        assert!(auth.verify_at(parts(b"{}"), place, &tag));
+        assert_ne!(tag, auth.tag(parts(b"{}")));
+        assert!(!auth.verify(parts(b"{}"), &tag));
+        for moved in [
+            RecordPlace { offset: 6, ..place },
+            RecordPlace {
+                stored_at: 999,
+                ..place
+            },
+        ] {
+            assert!(!auth.verify_at(parts(b"{}"), moved, &tag));
+        }
+        assert!(!auth.verify_at(parts(b"{ }"), place, &tag));
     }
 
     #[test]

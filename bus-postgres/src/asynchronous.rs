@@ -81,7 +81,7 @@ impl PostgresBus {
     ) -> Result<Vec<PublishAck>, BusError> {
         bounded("publish", self.timeout(), async {
             let topic = self.topic_async(topic).await?;
-            let Some(rounds) = Rounds::prepare(&self.core, &topic, records)? else {
+            let Some(rounds) = Rounds::prepare(&topic, records)? else {
                 return Ok(Vec::new());
             };
             let name = topic.spec.name.clone();

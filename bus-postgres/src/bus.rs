@@ -68,7 +68,7 @@ impl PostgresBus {
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
         let topic = self.core.topic(topic)?;
-        let Some(rounds) = Rounds::prepare(&self.core, &topic, records)? else {
+        let Some(rounds) = Rounds::prepare(&topic, records)? else {
             return Ok(Vec::new());
         };
         let name = topic.spec.name.clone();
@@ -242,16 +242,14 @@ pub(crate) struct Rounds {
 }
 
 impl Rounds {
-    /// Checks and signs `records`; `None` for an empty batch.
+    /// Checks and encodes `records`; `None` for an empty batch.
     pub(crate) fn prepare(
-        core: &Core,
         topic: &Topic,
         records: &[BatchRecord],
     ) -> Result<Option<Self>, BusError> {
-        let auth = core.shared.auth();
         let prepared = records
             .iter()
-            .map(|r| prepare(auth.as_ref(), topic, &r.key, &r.value, r.uid.as_deref()))
+            .map(|r| prepare(topic, &r.key, &r.value, r.uid.as_deref()))
             .collect::<Result<Vec<_>, _>>()?;
         if prepared.is_empty() {
             return Ok(None);

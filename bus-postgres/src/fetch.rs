@@ -1,12 +1,63 @@
 //! Reading (contracts C5, C7, C11, C14): fetch by primary-key range, find by
 //! the UID index, the retained range, and retention by age.
 
-use bus_core::auth::RecordParts;
+use bus_core::auth::{RecordAuth, RecordParts, RecordPlace, TAG_LEN};
 use bus_core::{BusError, PartitionOffsets, StoredEvent};
 use tokio_postgres::Row;
 
 use crate::errors::{pg, pool};
 use crate::shared::{Shared, Topic};
+use crate::sql::FIND_PAGE;
+
+/// The version byte of a tag that covers the record's offset and
+/// `stored_at` ([`RecordAuth::tag_at`]); a tag of [`TAG_LEN`] bytes without
+/// it was written before (over topic, partition, key, UID and value only).
+pub(crate) const PLACED_TAG: u8 = 2;
+
+/// The tag the bus stores for a record at `place`: [`PLACED_TAG`], then the
+/// MAC.
+pub(crate) fn placed_tag(auth: &RecordAuth, parts: RecordParts<'_>, place: RecordPlace) -> Vec<u8> {
+    let mut tag = Vec::with_capacity(TAG_LEN + 1);
+    tag.push(PLACED_TAG);
+    tag.extend_from_slice(&auth.tag_at(parts, place));
+    tag
+}
+
+/// Whether a stored row authenticates at its place, by the version of its
+/// tag; `Err` names the fault.
+pub(crate) fn authenticate(
+    auth: &RecordAuth,
+    parts: RecordParts<'_>,
+    offset: i64,
+    stored_at: i64,
+    tag: Option<&[u8]>,
+) -> Result<(), &'static str> {
+    let (Ok(offset), Ok(stored_at)) = (u64::try_from(offset), u64::try_from(stored_at)) else {
+        return Err("negative offset or time");
+    };
+    match tag {
+        Some([PLACED_TAG, mac @ ..]) if mac.len() == TAG_LEN => {
+            let place = RecordPlace { offset, stored_at };
+            if auth.verify_at(parts, place, mac) {
+                Ok(())
+            } else {
+                Err("authentication tag does not match (content, offset or time changed)")
+            }
+        }
+        tag => auth.check(parts, tag).map_err(|fault| fault.reason()),
+    }
+}
+
+fn corrupt(topic: &Topic, partition: u32, offset: u64, shared: &Shared) -> BusError {
+    BusError::Corrupt {
+        location: format!(
+            "PostgreSQL table \"{}\".records, topic {:?} partition {partition}",
+            shared.sql.schema, topic.spec.name
+        ),
+        offset,
+        reason: "the record is missing (offsets are stored without holes, so a row was deleted around the bus); fetch from the next offset to read on".to_owned(),
+    }
+}
 
 fn sql_number(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
@@ -36,6 +87,7 @@ fn record(
     let key: &str = row.get(1);
     let uid: Option<&str> = row.get(2);
     let value: &[u8] = row.get(3);
+    let stored_at: i64 = row.get(5);
     if let Some(auth) = shared.auth() {
         let parts = RecordParts {
             topic: &topic.spec.name,
@@ -44,8 +96,8 @@ fn record(
             uid,
             value,
         };
-        auth.check(parts, row.get(4))
-            .map_err(|fault| integrity(topic, partition, offset, fault.reason()))?;
+        authenticate(&auth, parts, row.get(0), stored_at, row.get(4))
+            .map_err(|reason| integrity(topic, partition, offset, reason))?;
     }
     let value = serde_json::from_slice(value).map_err(|error| {
         integrity(
@@ -60,7 +112,7 @@ fn record(
         offset,
         key: key.to_owned(),
         value,
-        stored_at: number(row.get(5)),
+        stored_at: number(stored_at),
     })
 }
 
@@ -85,21 +137,55 @@ pub(crate) async fn fetch(
         .query(&statement, &[&topic.id, &part, &sql_number(from), &limit])
         .await
         .map_err(|e| pg("fetch", &e))?;
+    let Some(first_row) = rows.first() else {
+        return Err(BusError::backend(
+            "postgres",
+            format!(
+                "topic {:?} has no counter row for partition {partition}",
+                topic.spec.name
+            ),
+        ));
+    };
+    let next = number(first_row.get(6));
+    // The log starts at 0 unless retention expires a prefix: then at the
+    // first record (or the counter when none is left).
+    let start = match topic.spec.retention_ms {
+        None => 0,
+        Some(_) => first_row.get::<_, Option<i64>>(7).map_or(next, number),
+    };
+    let mut expected = from.max(start);
     let mut events = Vec::with_capacity(rows.len());
+    // The authentic prefix is returned; the next fetch starts at the
+    // forged or missing record and reports it.
+    let damage = |error: BusError, events: Vec<StoredEvent>| {
+        if events.is_empty() {
+            Err(error)
+        } else {
+            Ok(events)
+        }
+    };
     for row in &rows {
+        let Some(offset) = row.get::<_, Option<i64>>(0) else {
+            break;
+        };
+        if number(offset) != expected {
+            return damage(corrupt(topic, partition, expected, shared), events);
+        }
         match record(shared, topic, partition, row) {
             Ok(event) => events.push(event),
-            // The authentic prefix is returned; the next fetch starts at
-            // the forged record and reports it.
-            Err(_) if !events.is_empty() => break,
-            Err(error) => return Err(error),
+            Err(error) => return damage(error, events),
         }
+        expected += 1;
+    }
+    if events.len() < max && expected < next {
+        return damage(corrupt(topic, partition, expected, shared), events);
     }
     Ok(events)
 }
 
-/// One range of the UID index. A record that carries the UID without a
-/// valid tag answers for nothing.
+/// The UID index, page by page in offset order, below the counter. A record
+/// that carries the UID without a valid tag answers for nothing, and no
+/// number of them hides the genuine one.
 pub(crate) async fn find(
     shared: &Shared,
     topic: &Topic,
@@ -112,25 +198,36 @@ pub(crate) async fn find(
         .prepare_cached(&shared.sql.find)
         .await
         .map_err(|e| pg("find by UID", &e))?;
-    let rows = client
-        .query(&statement, &[&topic.id, &part, &uid])
-        .await
-        .map_err(|e| pg("find by UID", &e))?;
     let auth = shared.auth();
-    // By offset: the first authentic record of the UID answers for it.
-    let found = rows.iter().find(|row| {
-        auth.as_ref().is_none_or(|auth| {
-            let parts = RecordParts {
-                topic: &topic.spec.name,
-                partition,
-                key: row.get(1),
-                uid: Some(uid),
-                value: row.get(2),
-            };
-            auth.verify(parts, row.get::<_, Option<&[u8]>>(3).unwrap_or_default())
-        })
-    });
-    Ok(found.map(|row| number(row.get(0))))
+    let mut after: i64 = -1;
+    loop {
+        let rows = client
+            .query(&statement, &[&topic.id, &part, &uid, &after])
+            .await
+            .map_err(|e| pg("find by UID", &e))?;
+        // By offset: the first authentic record of the UID answers for it.
+        let found = rows.iter().find(|row| {
+            auth.as_ref().is_none_or(|auth| {
+                let parts = RecordParts {
+                    topic: &topic.spec.name,
+                    partition,
+                    key: row.get(1),
+                    uid: Some(uid),
+                    value: row.get(2),
+                };
+                authenticate(auth, parts, row.get(0), row.get(4), row.get(3)).is_ok()
+            })
+        });
+        if let Some(row) = found {
+            return Ok(Some(number(row.get(0))));
+        }
+        match rows.last() {
+            Some(last) if rows.len() >= usize::try_from(FIND_PAGE).unwrap_or(usize::MAX) => {
+                after = last.get(0);
+            }
+            _ => return Ok(None),
+        }
+    }
 }
 
 pub(crate) async fn offsets(
@@ -158,7 +255,11 @@ pub(crate) async fn offsets(
             )
         })?;
     let next = number(row.get(0));
-    let first = row.get::<_, Option<i64>>(1).map_or(next, number);
+    // As fetch reads it: from 0 unless retention expires a prefix.
+    let first = match topic.spec.retention_ms {
+        None => 0,
+        Some(_) => row.get::<_, Option<i64>>(1).map_or(next, number).min(next),
+    };
     Ok(PartitionOffsets { first, next })
 }
 
@@ -185,7 +286,7 @@ pub(crate) async fn expire(shared: &Shared, topic: &Topic, now_ms: u64) -> Resul
             .await
             .map_err(|e| pg("retention", &e))?;
         let below = match young {
-            Some(row) => row.get::<_, i64>(0),
+            Some(row) => row.get::<_, i64>(0).min(sql_number(next)),
             None => sql_number(next),
         };
         expired += client

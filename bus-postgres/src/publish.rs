@@ -15,34 +15,44 @@
 //! runs as a transaction that locks the counter row, decides each UID, then
 //! inserts. Offsets come from the counter row inside the inserting
 //! transaction, so a rolled-back round leaves no hole.
+//!
+//! With a control key, each record's tag covers its offset and `stored_at`
+//! too, so the tags are made where the offsets are known: the one-statement
+//! round is sent for the counter value the queue saw last and writes
+//! nothing when the counter is elsewhere (another process wrote); the
+//! locked transaction reads the counter first.
+//!
+//! Rows written around the bus never stop the log: a slot at or past the
+//! counter that a foreign row occupies is left to it (it stays in the log
+//! and reads as `Integrity`) and the round stores past it; a claim on a UID
+//! held by a row that is not an authentic record of that UID is released.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
-use bus_core::auth::{RecordAuth, RecordParts};
+use bus_core::auth::{RecordAuth, RecordParts, RecordPlace};
 use bus_core::{BusError, now_ms, prepare_record};
 use tokio::sync::oneshot;
+use tokio_postgres::error::SqlState;
 
 use crate::errors::{pg, pool};
 use crate::queue::{Prepared, Queue, Request};
 use crate::shared::{Shared, Topic};
 
 /// Checks and encodes one record; nothing is sent yet, so a batch with a bad
-/// record stores nothing.
+/// record stores nothing. Its tag is made when its offset is known.
 pub(crate) fn prepare(
-    auth: Option<&RecordAuth>,
     topic: &Topic,
     key: &str,
     value: &serde_json::Value,
     uid: Option<&str>,
 ) -> Result<Prepared, BusError> {
-    let record = prepare_record(&topic.spec, key, value, uid, auth)?;
+    let record = prepare_record(&topic.spec, key, value, uid, None)?;
     Ok(Prepared {
         partition: record.partition,
         key: record.key.to_owned(),
         uid: record.uid.map(str::to_owned),
         value: record.value,
-        tag: record.tag.map(|tag| tag.to_vec()),
     })
 }
 
@@ -83,7 +93,7 @@ async fn flush(shared: Arc<Shared>, topic: Arc<Topic>, partition: u32, queue: Ar
         };
         let outcome = tokio::time::timeout(
             shared.options.timeout,
-            commit_round(&shared, &topic, partition, &round),
+            commit_round(&shared, &topic, partition, &round, &queue),
         )
         .await
         .unwrap_or_else(|_| {
@@ -102,6 +112,11 @@ async fn flush(shared: Arc<Shared>, topic: Arc<Topic>, partition: u32, queue: Ar
                 shared.listener.ring_local(&topic.spec.name);
             }
             Err(error) => {
+                queue
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .next = None;
                 tracing::warn!(
                     "bus-postgres: publish round to {:?} partition {partition} failed: {error}",
                     topic.spec.name
@@ -140,17 +155,99 @@ fn offset_of(value: i64) -> Result<u64, BusError> {
         .map_err(|_| BusError::backend("postgres", format!("negative offset {value}")))
 }
 
+/// Where each record of a round goes: the offset of a stored record of its
+/// UID, or the index of a record the round stores.
+enum Slot {
+    Known(u64),
+    New(usize),
+}
+
+/// The records of `round` to store (a UID twice in the round is stored
+/// once; a UID in `known` not at all), and each record's slot.
+fn plan<'a>(
+    records: &[&'a Prepared],
+    known: &HashMap<&str, u64>,
+) -> (Vec<&'a Prepared>, Vec<Slot>) {
+    let mut fresh: HashMap<&str, usize> = HashMap::new();
+    let mut new = Vec::new();
+    let mut slots = Vec::with_capacity(records.len());
+    for record in records {
+        let uid = record.uid.as_deref();
+        if let Some(offset) = uid.and_then(|uid| known.get(uid)) {
+            slots.push(Slot::Known(*offset));
+        } else if let Some(index) = uid.and_then(|uid| fresh.get(uid)) {
+            slots.push(Slot::New(*index));
+        } else {
+            if let Some(uid) = record.uid.as_deref() {
+                fresh.insert(uid, new.len());
+            }
+            slots.push(Slot::New(new.len()));
+            new.push(*record);
+        }
+    }
+    (new, slots)
+}
+
+/// The tags of `new` stored at `offsets` at `stored_at` (none without a key).
+fn tags(
+    auth: Option<&RecordAuth>,
+    topic: &Topic,
+    partition: u32,
+    new: &[&Prepared],
+    offsets: &[u64],
+    stored_at: u64,
+) -> Vec<Option<Vec<u8>>> {
+    new.iter()
+        .zip(offsets)
+        .map(|(record, offset)| {
+            auth.map(|auth| {
+                let parts = RecordParts {
+                    topic: &topic.spec.name,
+                    partition,
+                    key: &record.key,
+                    uid: record.uid.as_deref(),
+                    value: &record.value,
+                };
+                let place = RecordPlace {
+                    offset: *offset,
+                    stored_at,
+                };
+                crate::fetch::placed_tag(auth, parts, place)
+            })
+        })
+        .collect()
+}
+
+fn remember_next(queue: &Queue, next: Option<u64>) {
+    queue
+        .state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .next = next;
+}
+
 /// Every record of `round` in one statement when none of its UIDs is stored
-/// yet (the usual case: one round trip, or two with UIDs); else, or when
-/// another writer stored one of them meanwhile, [`commit_locked`]. Their
-/// offsets in order.
+/// yet (the usual case: one round trip, or two with UIDs) and, with a key,
+/// the counter is where the queue saw it last; else, or when another writer
+/// stored one of the UIDs or a foreign row holds one of the slots meanwhile,
+/// [`commit_locked`]. Their offsets in order.
 async fn commit_round(
     shared: &Shared,
     topic: &Topic,
     partition: u32,
     round: &[Request],
+    queue: &Queue,
 ) -> Result<Vec<u64>, BusError> {
     let sql = &shared.sql;
+    let auth = shared.auth();
+    let expected = queue
+        .state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .next;
+    if auth.is_some() && expected.is_none() {
+        return commit_locked(shared, topic, partition, round, queue).await;
+    }
     let part = i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
     let client = shared.pool.get().await.map_err(pool)?;
     let records: Vec<&Prepared> = round.iter().flat_map(|r| &r.records).collect();
@@ -166,35 +263,23 @@ async fn commit_round(
             .map_err(|e| pg("publish: look up UIDs", &e))?;
         if !stored.is_empty() {
             drop(client);
-            return commit_locked(shared, topic, partition, round).await;
+            return commit_locked(shared, topic, partition, round, queue).await;
         }
     }
-    // Offsets relative to the round's first; a UID twice in the round is
-    // stored once.
-    let mut first_of: HashMap<&str, u64> = HashMap::new();
-    let mut relative = Vec::with_capacity(records.len());
-    let (mut keys, mut new_uids, mut values, mut tags) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for record in &records {
-        if let Some(uid) = record.uid.as_deref()
-            && let Some(at) = first_of.get(uid)
-        {
-            relative.push(*at);
-            continue;
-        }
-        let at = keys.len() as u64;
-        if let Some(uid) = record.uid.as_deref() {
-            first_of.insert(uid, at);
-        }
-        relative.push(at);
-        keys.push(record.key.as_str());
-        new_uids.push(record.uid.as_deref());
-        values.push(record.value.as_slice());
-        tags.push(record.tag.as_deref());
-    }
-    let count =
-        i64::try_from(keys.len()).map_err(|_| BusError::backend("postgres", "round size"))?;
-    let stored_at = sql_offset(now_ms())?;
+    let (new, slots) = plan(&records, &HashMap::new());
+    let keys: Vec<&str> = new.iter().map(|r| r.key.as_str()).collect();
+    let new_uids: Vec<Option<&str>> = new.iter().map(|r| r.uid.as_deref()).collect();
+    let values: Vec<&[u8]> = new.iter().map(|r| r.value.as_slice()).collect();
+    let count = new.len() as u64;
+    let stored_at = now_ms();
+    let base = expected.unwrap_or(0);
+    let offsets: Vec<u64> = (base..base + count).collect();
+    let tags = tags(auth.as_ref(), topic, partition, &new, &offsets, stored_at);
+    let tags: Vec<Option<&[u8]>> = tags.iter().map(Option::as_deref).collect();
+    let expected = match (&auth, expected) {
+        (Some(_), Some(expected)) => Some(sql_offset(expected)?),
+        _ => None,
+    };
     let append = client
         .prepare_cached(&sql.append)
         .await
@@ -205,52 +290,87 @@ async fn commit_round(
             &[
                 &topic.id,
                 &part,
-                &count,
+                &sql_offset(count)?,
                 &keys,
                 &new_uids,
                 &values,
                 &tags,
-                &stored_at,
+                &sql_offset(stored_at)?,
                 &topic.channel,
+                &expected,
             ],
         )
         .await;
     match result {
         Ok(Some(row)) => {
             let base = offset_of(row.get(0))?;
+            remember_next(queue, Some(base + count));
             let bytes = values.iter().map(|value| value.len() as u64).sum();
-            bus_core::metrics::stored("postgres", &topic.spec.name, keys.len() as u64, bytes);
+            bus_core::metrics::stored("postgres", &topic.spec.name, count, bytes);
             bus_core::metrics::dedup_hits(
                 "postgres",
                 &topic.spec.name,
-                (records.len() - keys.len()) as u64,
+                (records.len() - new.len()) as u64,
             );
-            bus_core::metrics::commit_round("postgres", keys.len());
-            Ok(relative.into_iter().map(|at| base + at).collect())
+            bus_core::metrics::commit_round("postgres", new.len());
+            Ok(slots
+                .iter()
+                .map(|slot| match slot {
+                    Slot::Known(offset) => *offset,
+                    Slot::New(index) => base + *index as u64,
+                })
+                .collect())
         }
-        Ok(None) => Err(BusError::backend(
-            "postgres",
-            format!(
-                "topic {:?} has no counter row for partition {partition}",
-                topic.spec.name
-            ),
-        )),
-        Err(error) if error.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+        // The counter is not where the tags were made for (another writer
+        // moved it), or there is no counter row: the locked round decides.
+        Ok(None) => {
             drop(client);
-            commit_locked(shared, topic, partition, round).await
+            commit_locked(shared, topic, partition, round, queue).await
+        }
+        Err(error) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            drop(client);
+            commit_locked(shared, topic, partition, round, queue).await
         }
         Err(error) => Err(pg("publish", &error)),
     }
 }
 
-/// One transaction for every record of `round` under the partition's lock,
-/// deciding each UID against what is stored; their offsets in order.
+/// How often a locked round is tried again when a foreign writer takes a
+/// slot or a claim between its checks and its insert.
+const LOCKED_ATTEMPTS: usize = 4;
+
+/// [`commit_locked_once`], again while foreign rows race it.
 async fn commit_locked(
     shared: &Shared,
     topic: &Topic,
     partition: u32,
     round: &[Request],
+    queue: &Queue,
 ) -> Result<Vec<u64>, BusError> {
+    for _ in 0..LOCKED_ATTEMPTS {
+        if let Some(offsets) = commit_locked_once(shared, topic, partition, round, queue).await? {
+            return Ok(offsets);
+        }
+    }
+    Err(BusError::unavailable(
+        "postgres",
+        format!(
+            "publish to {:?} partition {partition}: rows written around the bus kept taking the next offsets or UID claims ({LOCKED_ATTEMPTS} attempts); try again",
+            topic.spec.name
+        ),
+    ))
+}
+
+/// One transaction for every record of `round` under the partition's lock,
+/// deciding each UID against what is stored; their offsets in order, or
+/// `None` when a row written meanwhile around the bus refused the insert.
+async fn commit_locked_once(
+    shared: &Shared,
+    topic: &Topic,
+    partition: u32,
+    round: &[Request],
+    queue: &Queue,
+) -> Result<Option<Vec<u64>>, BusError> {
     let sql = &shared.sql;
     let name = &topic.spec.name;
     let part = i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
@@ -260,19 +380,27 @@ async fn commit_locked(
         .await
         .map_err(|e| pg("publish: begin", &e))?;
     let row = tx
-        .query_one(
+        .query_opt(
             &tx.prepare_cached(&sql.lock_partition)
                 .await
                 .map_err(|e| pg("publish: prepare", &e))?,
             &[&topic.id, &part],
         )
         .await
-        .map_err(|e| pg("publish: lock partition", &e))?;
-    let mut next = offset_of(row.get(0))?;
+        .map_err(|e| pg("publish: lock partition", &e))?
+        .ok_or_else(|| {
+            BusError::backend(
+                "postgres",
+                format!("topic {name:?} has no counter row for partition {partition}"),
+            )
+        })?;
+    let next_row: i64 = row.get(0);
+    let next = offset_of(next_row)?;
 
-    let records = || round.iter().flat_map(|request| &request.records);
+    let records: Vec<&Prepared> = round.iter().flat_map(|r| &r.records).collect();
+    let auth = shared.auth();
     let mut known: HashMap<&str, u64> = HashMap::new();
-    let uids: Vec<&str> = records().filter_map(|r| r.uid.as_deref()).collect();
+    let uids: Vec<&str> = records.iter().filter_map(|r| r.uid.as_deref()).collect();
     if !uids.is_empty() {
         let rows = tx
             .query(
@@ -283,34 +411,35 @@ async fn commit_locked(
             )
             .await
             .map_err(|e| pg("publish: look up UIDs", &e))?;
-        let auth = shared.auth();
         let mut forged = Vec::new();
         // Rows come by offset: the first authentic record of a UID answers.
         for row in &rows {
-            let uid: &str = row.get(0);
+            let uid: Option<&str> = row.get(0);
             let offset: i64 = row.get(1);
-            let claimed: bool = row.get(5);
-            let authentic = auth.as_ref().is_none_or(|auth| {
-                auth.verify(
-                    RecordParts {
+            let claim: Option<&str> = row.get(5);
+            let wanted = uid.and_then(|uid| uids.iter().copied().find(|wanted| *wanted == uid));
+            let authentic = (0..next_row).contains(&offset)
+                && wanted.is_some()
+                && auth.as_ref().is_none_or(|auth| {
+                    let parts = RecordParts {
                         topic: name,
                         partition,
                         key: row.get(2),
-                        uid: Some(uid),
+                        uid,
                         value: row.get(3),
-                    },
-                    row.get::<_, Option<&[u8]>>(4).unwrap_or_default(),
-                )
-            });
-            if authentic {
-                if let Some(uid) = uids.iter().find(|wanted| **wanted == uid) {
-                    known.entry(uid).or_insert(offset_of(offset)?);
-                }
-            } else if claimed {
-                // A forged record that holds the claim answers for nothing:
-                // the genuine record is stored after it and takes the claim.
+                    };
+                    crate::fetch::authenticate(auth, parts, offset, row.get(6), row.get(4)).is_ok()
+                });
+            if let (true, Some(uid)) = (authentic, wanted) {
+                known.entry(uid).or_insert(offset_of(offset)?);
+            }
+            if let Some(claim) = claim
+                && !(authentic && uid == Some(claim))
+            {
+                // A claim held by anything but an authentic record of its
+                // UID answers for nothing: the genuine record takes it.
                 tracing::warn!(
-                    "bus-postgres: topic {name:?} partition {partition} offset {offset} claims a UID without a valid tag; storing the genuine record after it"
+                    "bus-postgres: topic {name:?} partition {partition} offset {offset} claims UID {claim:?} without being an authentic record of it; releasing the claim"
                 );
                 forged.push(offset);
             }
@@ -327,56 +456,88 @@ async fn commit_locked(
         }
     }
 
-    let mut offsets = Vec::new();
-    let (mut new_offsets, mut keys, mut new_uids, mut values, mut tags) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for record in records() {
-        if let Some(uid) = record.uid.as_deref()
-            && let Some(offset) = known.get(uid)
-        {
-            offsets.push(*offset);
-            continue;
-        }
-        offsets.push(next);
-        if let Some(uid) = record.uid.as_deref() {
-            known.insert(uid, next);
-        }
-        new_offsets.push(sql_offset(next)?);
-        keys.push(record.key.as_str());
-        new_uids.push(record.uid.as_deref());
-        values.push(record.value.as_slice());
-        tags.push(record.tag.as_deref());
-        next += 1;
-    }
-    if !new_offsets.is_empty() {
-        let stored_at = sql_offset(now_ms())?;
-        tx.execute(
-            &tx.prepare_cached(&sql.insert_records)
-                .await
-                .map_err(|e| pg("publish: prepare", &e))?,
-            &[
-                &topic.id,
-                &part,
-                &new_offsets,
-                &keys,
-                &new_uids,
-                &values,
-                &tags,
-                &stored_at,
-            ],
-        )
+    let (new, slots) = plan(&records, &known);
+    // The slots from the counter on that foreign rows occupy: widened until
+    // the window holds a free slot for each new record.
+    let occupied = tx
+        .prepare_cached(&sql.occupied)
         .await
-        .map_err(|e| pg("publish: insert records", &e))?;
+        .map_err(|e| pg("publish: prepare", &e))?;
+    let mut taken: Vec<u64> = Vec::new();
+    let (mut low, mut high) = (next, next + new.len() as u64);
+    while low < high {
+        let rows = tx
+            .query(
+                &occupied,
+                &[&topic.id, &part, &sql_offset(low)?, &sql_offset(high)?],
+            )
+            .await
+            .map_err(|e| pg("publish: look up slots", &e))?;
+        for row in &rows {
+            taken.push(offset_of(row.get(0))?);
+        }
+        (low, high) = (high, high + rows.len() as u64);
+    }
+    if !taken.is_empty() {
+        tracing::warn!(
+            "bus-postgres: topic {name:?} partition {partition}: offsets {taken:?} hold rows written around the bus past the counter; they stay in the log (read as Integrity unless authentic) and the bus stores after them"
+        );
+    }
+    let mut offsets = Vec::with_capacity(new.len());
+    let mut cursor = next;
+    let mut skipped = taken.iter().peekable();
+    for _ in &new {
+        while skipped.next_if_eq(&&cursor).is_some() {
+            cursor += 1;
+        }
+        offsets.push(cursor);
+        cursor += 1;
+    }
+    let end = high;
+    if !new.is_empty() {
+        let stored_at = now_ms();
+        let tags = tags(auth.as_ref(), topic, partition, &new, &offsets, stored_at);
+        let tags: Vec<Option<&[u8]>> = tags.iter().map(Option::as_deref).collect();
+        let new_offsets = offsets
+            .iter()
+            .map(|offset| sql_offset(*offset))
+            .collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<&str> = new.iter().map(|r| r.key.as_str()).collect();
+        let new_uids: Vec<Option<&str>> = new.iter().map(|r| r.uid.as_deref()).collect();
+        let values: Vec<&[u8]> = new.iter().map(|r| r.value.as_slice()).collect();
+        let inserted = tx
+            .execute(
+                &tx.prepare_cached(&sql.insert_records)
+                    .await
+                    .map_err(|e| pg("publish: prepare", &e))?,
+                &[
+                    &topic.id,
+                    &part,
+                    &new_offsets,
+                    &keys,
+                    &new_uids,
+                    &values,
+                    &tags,
+                    &sql_offset(stored_at)?,
+                ],
+            )
+            .await;
+        match inserted {
+            Ok(_) => {}
+            // A foreign row took a slot or a claim since the checks.
+            Err(error) if error.code() == Some(&SqlState::UNIQUE_VIOLATION) => return Ok(None),
+            Err(error) => return Err(pg("publish: insert records", &error)),
+        }
         tx.execute(
             &tx.prepare_cached(&sql.advance)
                 .await
                 .map_err(|e| pg("publish: prepare", &e))?,
-            &[&topic.id, &part, &sql_offset(next)?],
+            &[&topic.id, &part, &sql_offset(end)?],
         )
         .await
         .map_err(|e| pg("publish: advance offset", &e))?;
         // A wake-up only: subscribers read the records from the table.
-        let payload = format!("{partition}:{}", next - 1);
+        let payload = format!("{partition}:{}", end - 1);
         tx.execute(
             &tx.prepare_cached(&sql.notify)
                 .await
@@ -387,5 +548,14 @@ async fn commit_locked(
         .map_err(|e| pg("publish: notify", &e))?;
     }
     tx.commit().await.map_err(|e| pg("publish: commit", &e))?;
-    Ok(offsets)
+    remember_next(queue, Some(if new.is_empty() { next } else { end }));
+    Ok(Some(
+        slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Known(offset) => *offset,
+                Slot::New(index) => offsets[*index],
+            })
+            .collect(),
+    ))
 }

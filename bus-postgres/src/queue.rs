@@ -6,13 +6,13 @@ use std::sync::Mutex;
 use bus_core::BusError;
 use tokio::sync::oneshot;
 
-/// A checked, encoded and signed record, not yet stored.
+/// A checked and encoded record, not yet stored (nor signed: its tag covers
+/// the offset it gets).
 pub(crate) struct Prepared {
     pub(crate) partition: u32,
     pub(crate) key: String,
     pub(crate) uid: Option<String>,
     pub(crate) value: Vec<u8>,
-    pub(crate) tag: Option<Vec<u8>>,
 }
 
 pub(crate) struct Request {
@@ -30,4 +30,7 @@ pub(crate) struct Queue {
 pub(crate) struct QueueState {
     pub(crate) pending: Vec<Request>,
     pub(crate) flushing: bool,
+    /// The counter as the last round of this process left it: the offset
+    /// the next round's tags are made for (`None`: read it under the lock).
+    pub(crate) next: Option<u64>,
 }

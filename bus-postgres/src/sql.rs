@@ -6,12 +6,23 @@
 //! - `partitions(topic_id, partition, next_offset)`: the offset counter; its
 //!   row lock (`FOR UPDATE`) serializes the writers of a partition, across
 //!   processes, so offsets come out gap-free in commit order.
-//! - `records`: primary key `(topic_id, partition, offset)`. The first
-//!   authentic record of a UID (by offset) answers for it in dedup and find,
-//!   one range of the `records_uid` index; `claim` is set on the records the
-//!   bus stores for a new UID, unique per partition, so the database refuses
-//!   a second record of a UID even from a writer that skipped the lookup.
-//!   Records written around the bus carry a `uid` but no claim.
+//! - `records`: primary key `(topic_id, partition, offset)`, offsets never
+//!   negative (a `CHECK`, added `NOT VALID` to tables made before it). The
+//!   log of a partition is the offsets from its first record (0 on a topic
+//!   without retention) up to the counter, without holes: a row past the
+//!   counter is not part of it (a foreign writer's; the bus writes a slot
+//!   such a row occupies off as damage and stores past it), a missing row
+//!   within it is damage. The first authentic record of a UID (by offset)
+//!   answers for it in dedup and find, ranges of the `records_uid` index
+//!   read page by page; `claim` is set on the records the bus stores for a
+//!   new UID, unique per partition, so the database refuses a second record
+//!   of a UID even from a writer that skipped the lookup. Records written
+//!   around the bus carry a `uid` but no claim; a claim that does not belong
+//!   to an authentic record of its UID is released.
+//! - `tag`: 32 bytes, the HMAC over topic, partition, key, UID and value
+//!   (written before the offset-bound tags, still accepted), or a version
+//!   byte 2 and 32 bytes of `RecordAuth::tag_at`, which also covers the
+//!   offset and `stored_at`.
 
 use bus_core::BusError;
 
@@ -19,6 +30,11 @@ use crate::options::PostgresOptions;
 
 /// The schema version this crate writes and understands.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// Rows of one page of the UID index read by find-by-UID: it reads on past
+/// pages whose rows all fail authentication, so forged rows never hide the
+/// genuine one, however many.
+pub(crate) const FIND_PAGE: i64 = 64;
 
 /// The statements the bus sends, with the schema name filled in: public,
 /// read-only, so a tool that writes or reads the same tables (the raw-client
@@ -36,6 +52,7 @@ pub struct Sql {
     pub(crate) insert_partitions: String,
     pub(crate) lock_partition: String,
     pub(crate) claims: String,
+    pub(crate) occupied: String,
     pub(crate) unclaim: String,
     pub(crate) insert_records: String,
     pub(crate) append: String,
@@ -84,7 +101,16 @@ impl Sql {
                      value bytea NOT NULL,
                      tag bytea,
                      stored_at bigint NOT NULL,
-                     PRIMARY KEY (topic_id, partition, \"offset\"));
+                     PRIMARY KEY (topic_id, partition, \"offset\"),
+                     CONSTRAINT records_offset_nonnegative CHECK (\"offset\" >= 0));
+                 DO $$ BEGIN
+                     IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                                    WHERE conrelid = '{s}.records'::regclass
+                                      AND conname = 'records_offset_nonnegative') THEN
+                         ALTER TABLE {s}.records ADD CONSTRAINT records_offset_nonnegative
+                             CHECK (\"offset\" >= 0) NOT VALID;
+                     END IF;
+                 END $$;
                  CREATE UNIQUE INDEX IF NOT EXISTS records_claim
                      ON {s}.records (topic_id, partition, claim) WHERE claim IS NOT NULL;
                  CREATE INDEX IF NOT EXISTS records_uid
@@ -107,8 +133,18 @@ impl Sql {
                 "SELECT next_offset FROM {s}.partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
             ),
             claims: format!(
-                "SELECT uid, \"offset\", key, value, tag, claim IS NOT NULL FROM {s}.records
+                // Two ranges, one per index (an `OR` would scan the partition).
+                "SELECT uid, \"offset\", key, value, tag, claim, stored_at FROM {s}.records
                  WHERE topic_id = $1 AND partition = $2 AND uid = ANY($3)
+                 UNION ALL
+                 SELECT uid, \"offset\", key, value, tag, claim, stored_at FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND claim = ANY($3)
+                   AND (uid IS NULL OR uid <> ALL($3))
+                 ORDER BY 2"
+            ),
+            occupied: format!(
+                "SELECT \"offset\" FROM {s}.records
+                 WHERE topic_id = $1 AND partition = $2 AND \"offset\" >= $3 AND \"offset\" < $4
                  ORDER BY \"offset\""
             ),
             unclaim: format!(
@@ -124,11 +160,15 @@ impl Sql {
             // transaction): advance the counter (its row lock serializes the
             // partition's writers), insert the records at the offsets it
             // covered, notify. A UID another writer stored meanwhile fails
-            // the claim index and rolls all of it back.
+            // the claim index, a slot a foreign row occupies the primary
+            // key: either rolls all of it back. With `$10` set (the offset
+            // the tags were made for) it writes nothing unless the counter
+            // is there.
             append: format!(
                 "WITH c AS (
                      UPDATE {s}.partitions SET next_offset = next_offset + $3
                      WHERE topic_id = $1 AND partition = $2
+                       AND ($10::bigint IS NULL OR next_offset = $10)
                      RETURNING next_offset - $3 AS base),
                  ins AS (
                      INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
@@ -142,25 +182,41 @@ impl Sql {
                 "UPDATE {s}.partitions SET next_offset = $3 WHERE topic_id = $1 AND partition = $2"
             ),
             notify: "SELECT pg_notify($1, $2)".to_owned(),
+            // One snapshot for the rows and the bounds they are checked
+            // against (the counter, the first record): a row at least, its
+            // record columns NULL when none is in range.
             fetch: format!(
-                "SELECT \"offset\", key, uid, value, tag, stored_at FROM {s}.records
-                 WHERE topic_id = $1 AND partition = $2 AND \"offset\" >= $3
-                 ORDER BY \"offset\" LIMIT $4"
+                "SELECT r.\"offset\", r.key, r.uid, r.value, r.tag, r.stored_at, p.next_offset,
+                        (SELECT m.\"offset\" FROM {s}.records m
+                         WHERE m.topic_id = $1 AND m.partition = $2 AND m.\"offset\" >= 0
+                         ORDER BY m.\"offset\" LIMIT 1)
+                 FROM {s}.partitions p
+                 LEFT JOIN LATERAL (
+                     SELECT \"offset\", key, uid, value, tag, stored_at FROM {s}.records
+                     WHERE topic_id = $1 AND partition = $2
+                       AND \"offset\" >= $3::bigint AND \"offset\" < p.next_offset
+                     ORDER BY \"offset\" LIMIT $4) r ON true
+                 WHERE p.topic_id = $1 AND p.partition = $2
+                 ORDER BY r.\"offset\""
             ),
             find: format!(
-                "SELECT \"offset\", key, value, tag FROM {s}.records
-                 WHERE topic_id = $1 AND partition = $2 AND uid = $3
-                 ORDER BY \"offset\" LIMIT 64"
+                "SELECT r.\"offset\", r.key, r.value, r.tag, r.stored_at FROM {s}.records r
+                 WHERE r.topic_id = $1 AND r.partition = $2 AND r.uid = $3
+                   AND r.\"offset\" > $4::bigint
+                   AND r.\"offset\" < (SELECT p.next_offset FROM {s}.partitions p
+                                      WHERE p.topic_id = $1 AND p.partition = $2)
+                 ORDER BY r.\"offset\" LIMIT {FIND_PAGE}"
             ),
             offsets: format!(
                 "SELECT p.next_offset,
                         (SELECT r.\"offset\" FROM {s}.records r
-                         WHERE r.topic_id = $1 AND r.partition = $2 ORDER BY r.\"offset\" LIMIT 1)
+                         WHERE r.topic_id = $1 AND r.partition = $2 AND r.\"offset\" >= 0
+                         ORDER BY r.\"offset\" LIMIT 1)
                  FROM {s}.partitions p WHERE p.topic_id = $1 AND p.partition = $2"
             ),
             first_young: format!(
                 "SELECT \"offset\" FROM {s}.records
-                 WHERE topic_id = $1 AND partition = $2 AND stored_at >= $3
+                 WHERE topic_id = $1 AND partition = $2 AND stored_at >= $3 AND \"offset\" >= 0
                  ORDER BY \"offset\" LIMIT 1"
             ),
             expire: format!(
@@ -185,27 +241,32 @@ impl Sql {
     }
 
     /// `$1` topic id, `$2` partition, `$3` UIDs (`text[]`) → the stored
-    /// records of those UIDs: `uid, offset, key, value, tag, claimed`.
+    /// rows carrying or claiming those UIDs: `uid, offset, key, value, tag,
+    /// claim, stored_at`, by offset.
     pub fn claims(&self) -> &str {
         &self.claims
     }
 
     /// One append round in one statement: `$1` topic id, `$2` partition,
     /// `$3` record count, `$4` keys, `$5` UIDs, `$6` values (JSON bytes),
-    /// `$7` tags, `$8` stored-at (ms), `$9` the NOTIFY channel → the first
-    /// offset written.
+    /// `$7` tags, `$8` stored-at (ms), `$9` the NOTIFY channel, `$10` the
+    /// counter the round expects (`NULL`: any) → the first offset written;
+    /// no row when the counter is elsewhere.
     pub fn append(&self) -> &str {
         &self.append
     }
 
     /// `$1` topic id, `$2` partition, `$3` first offset, `$4` limit →
-    /// `offset, key, uid, value, tag, stored_at` in offset order.
+    /// `offset, key, uid, value, tag, stored_at, next_offset, first_offset`
+    /// in offset order, below the counter; one row with the record columns
+    /// `NULL` when there is none.
     pub fn fetch(&self) -> &str {
         &self.fetch
     }
 
-    /// `$1` topic id, `$2` partition, `$3` UID → the records carrying it,
-    /// `offset, key, value, tag`, first first.
+    /// `$1` topic id, `$2` partition, `$3` UID, `$4` read after this offset
+    /// (−1 from the start) → a page of the records carrying it below the
+    /// counter, `offset, key, value, tag, stored_at`, first first.
     pub fn find(&self) -> &str {
         &self.find
     }

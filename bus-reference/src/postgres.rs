@@ -108,7 +108,16 @@ impl RawConn {
             .query_one(
                 &append,
                 &[
-                    &id, &0i32, &count, &keys, &uids, &values, &tags, &stored_at, &channel,
+                    &id,
+                    &0i32,
+                    &count,
+                    &keys,
+                    &uids,
+                    &values,
+                    &tags,
+                    &stored_at,
+                    &channel,
+                    &None::<i64>,
                 ],
             )
             .await
@@ -125,11 +134,17 @@ impl RawConn {
             .query(&statement, &[&self.topic_id, &0i32, &from, &max])
             .await
             .map_err(|e| pg("raw fetch", e))?;
+        // At the end the statement answers one row without a record.
+        let mut next = from;
+        let mut count = 0;
         for row in &rows {
-            let _: Value = serde_json::from_slice(row.get::<_, &[u8]>(3))?;
+            if let Some(offset) = row.get::<_, Option<i64>>(0) {
+                let _: Value = serde_json::from_slice(row.get::<_, &[u8]>(3))?;
+                next = offset + 1;
+                count += 1;
+            }
         }
-        let next = rows.last().map_or(from, |row| row.get::<_, i64>(0) + 1);
-        Ok((next, rows.len()))
+        Ok((next, count))
     }
 
     /// Whether `uid` is stored (one range of the UID index).
@@ -137,7 +152,7 @@ impl RawConn {
         let statement = self.statement("find").await?;
         let rows = self
             .client
-            .query(&statement, &[&self.topic_id, &0i32, &uid])
+            .query(&statement, &[&self.topic_id, &0i32, &uid, &-1i64])
             .await
             .map_err(|e| pg("raw find", e))?;
         Ok(!rows.is_empty())
