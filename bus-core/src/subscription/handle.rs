@@ -308,22 +308,19 @@ impl Subscription {
         let from = self.cursors[index].next;
         let events = match self.feed.read(partition, from, page) {
             Ok(events) => events,
-            Err(BusError::Integrity {
-                topic,
-                partition: bad_partition,
-                offset,
-                reason,
-            }) if bad_partition == partition && offset >= from => {
+            // A forged record (C19), or a record missing from the log (a
+            // row deleted behind the bus): what comes before it, the error
+            // naming it, then on after it, never a subscription stuck at it.
+            Err(error) if bad_offset(&error, partition).is_some_and(|offset| offset >= from) => {
+                let offset = bad_offset(&error, partition).unwrap_or(from);
                 // Deliver the good records before the forged one, then the
                 // error naming it, then go on after it (contract C19).
                 let before = usize::try_from(offset - from).unwrap_or(usize::MAX);
                 if before > 0 {
                     let events = match self.feed.read(partition, from, before) {
                         Ok(events) => events,
-                        // Nothing readable before the forged record.
-                        Err(BusError::Integrity { offset: again, .. }) if again == offset => {
-                            Vec::new()
-                        }
+                        // Nothing readable before the bad record.
+                        Err(again) if bad_offset(&again, partition) == Some(offset) => Vec::new(),
                         Err(error) => return Err(error),
                     };
                     self.push_events(index, events);
@@ -340,16 +337,7 @@ impl Subscription {
                         self.cursors[index].next = offset;
                     }
                 }
-                self.queue(
-                    index,
-                    Some(offset + 1),
-                    Err(BusError::Integrity {
-                        topic,
-                        partition: bad_partition,
-                        offset,
-                        reason,
-                    }),
-                );
+                self.queue(index, Some(offset + 1), Err(error));
                 self.cursors[index].next = offset + 1;
                 return Ok(());
             }
@@ -411,6 +399,20 @@ impl Subscription {
     }
 }
 
+/// The offset a read of `partition` failed at, when the failure is one
+/// record's: a forged record of that partition, or a missing one.
+fn bad_offset(error: &BusError, partition: u32) -> Option<u64> {
+    match error {
+        BusError::Integrity {
+            partition: bad,
+            offset,
+            ..
+        } if *bad == partition => Some(*offset),
+        BusError::Corrupt { offset, .. } => Some(*offset),
+        _ => None,
+    }
+}
+
 impl Iterator for Subscription {
     type Item = Result<SubscriptionItem, BusError>;
 
@@ -437,6 +439,8 @@ mod tests {
         first: u64,
         next: u64,
         forged: Vec<u64>,
+        /// Offsets missing from the log (rows deleted behind the bus).
+        missing: Vec<u64>,
         /// Read `[from, from + max)` by offset (as a buffer-backed feed
         /// does) rather than `max` records from the first retained one.
         window: bool,
@@ -467,16 +471,23 @@ mod tests {
             };
             let mut out = Vec::new();
             for offset in start..end {
-                if self.forged.contains(&offset) {
-                    if out.is_empty() {
-                        return Err(BusError::Integrity {
-                            topic: "t".to_owned(),
-                            partition: 0,
+                if self.forged.contains(&offset) || self.missing.contains(&offset) {
+                    if !out.is_empty() {
+                        break;
+                    }
+                    if self.missing.contains(&offset) {
+                        return Err(BusError::Corrupt {
+                            location: "t/0".to_owned(),
                             offset,
-                            reason: "forged".to_owned(),
+                            reason: "missing".to_owned(),
                         });
                     }
-                    break;
+                    return Err(BusError::Integrity {
+                        topic: "t".to_owned(),
+                        partition: 0,
+                        offset,
+                        reason: "forged".to_owned(),
+                    });
                 }
                 out.push(event(offset));
             }
@@ -512,6 +523,7 @@ mod tests {
             first: 3,
             next: 5,
             forged: vec![3],
+            missing: Vec::new(),
             window,
         });
         let wait = Duration::from_millis(200);
@@ -550,6 +562,7 @@ mod tests {
             first: 0,
             next: 4,
             forged: vec![2],
+            missing: Vec::new(),
             window: false,
         });
         let wait = Duration::from_millis(200);
@@ -569,5 +582,29 @@ mod tests {
             Some(SubscriptionItem::Record { event, .. }) => assert_eq!(event.offset, 3),
             other => panic!("expected record 3, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_missing_record_is_an_error_item_then_delivery_goes_on() {
+        let mut sub = subscription(FakeFeed {
+            first: 0,
+            next: 4,
+            forged: Vec::new(),
+            missing: vec![1],
+            window: false,
+        });
+        let wait = Duration::from_millis(200);
+        let record = |sub: &mut Subscription| match sub.recv_timeout(wait).expect("record") {
+            Some(SubscriptionItem::Record { event, .. }) => event.offset,
+            other => panic!("expected a record, got {other:?}"),
+        };
+        assert_eq!(record(&mut sub), 0);
+        assert!(matches!(
+            sub.recv_timeout(wait),
+            Err(BusError::Corrupt { offset: 1, .. })
+        ));
+        assert_eq!(sub.positions(), vec![(0, 2)], "past the missing record");
+        assert_eq!(record(&mut sub), 2);
+        assert_eq!(record(&mut sub), 3);
     }
 }
