@@ -98,6 +98,7 @@ macro_rules! __for_each_case {
             c17_start_past_the_head_is_an_error_naming_it,
             c17_start_time_in_the_future_delivers_only_later_records,
             c18_max_lag_zero_is_an_invalid_argument,
+            c18_key_subscription_counts_lag_in_its_own_records,
             c17_subscription_ends_when_its_bus_is_dropped,
             c18_bounded_lag_reports_the_dropped_prefix_then_keeps_working,
             c18_subscriber_that_keeps_up_never_lags,

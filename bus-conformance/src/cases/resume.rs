@@ -262,6 +262,60 @@ pub fn c18_max_lag_zero_is_an_invalid_argument(ctx: &mut Ctx) -> CaseResult {
     Ok(())
 }
 
+/// C18: a key subscription counts its lag in its own key's records: other
+/// keys sharing its partition never make it skip, and when its own records
+/// overflow the bound, `Lagged` counts only those.
+pub fn c18_key_subscription_counts_lag_in_its_own_records(ctx: &mut Ctx) -> CaseResult {
+    let topic = ctx.simple_topic("t", 1);
+    let bus = ctx.bus();
+    let mut sub = subscribe(
+        bus,
+        &topic,
+        Selector::Key("mine".to_owned()),
+        StartAt::Now,
+        SubscribeOptions::default().max_lag(4),
+    );
+    let mut mine = Vec::new();
+    let mut publish = |key: &str, n: u64| {
+        let ack = ok("publish", bus.publish(&topic, key, &json!({ "n": n })));
+        if key == "mine" {
+            mine.push(ack.offset);
+        }
+    };
+    // Three of its own among sixty others: behind by 3, within the bound.
+    for n in 0..60 {
+        publish("other", 100 + n);
+        if n % 20 == 19 {
+            publish("mine", n / 20);
+        }
+    }
+    for n in 0..3 {
+        let event = next_event(&mut sub, "the key's records, none skipped");
+        assert_eq!((event.key.as_str(), n_of(&event)), ("mine", n));
+    }
+    // Ten more of its own, interleaved: six over the bound of four.
+    for n in 3..13 {
+        publish("other", 200 + n);
+        publish("mine", n);
+    }
+    match super::subscribe::next_item(&mut sub, "the lag notice") {
+        Ok(bus_core::SubscriptionItem::Lagged {
+            skipped,
+            next_offset,
+            ..
+        }) => {
+            assert_eq!(skipped, 6, "counts the key's own records only");
+            assert_eq!(next_offset, mine[9], "goes on at the 7th of the ten");
+        }
+        other => panic!("expected Lagged, got {other:?}"),
+    }
+    for n in 9..13 {
+        assert_eq!(n_of(&next_event(&mut sub, "the newest four")), n);
+    }
+    assert_quiet(&mut sub, "nothing else");
+    Ok(())
+}
+
 /// C17: a subscription ends (`None`, closed) when the bus it came from is
 /// dropped, instead of waiting forever.
 pub fn c17_subscription_ends_when_its_bus_is_dropped(ctx: &mut Ctx) -> CaseResult {

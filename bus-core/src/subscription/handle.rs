@@ -299,9 +299,16 @@ impl Subscription {
             let next = self.cursors[index].next;
             crate::metrics::lag(&self.topic, partition, head.saturating_sub(next));
             if head.saturating_sub(next) > max_lag {
-                let resume = head - max_lag;
-                self.report_lagged(index, resume - next, resume);
-                self.cursors[index].next = resume;
+                if self.key.is_some() {
+                    // More records than the bound wait, maybe not of its key.
+                    if self.catch_up_key(index, head, max_lag) {
+                        return Ok(());
+                    }
+                } else {
+                    let resume = head - max_lag;
+                    self.report_lagged(index, resume - next, resume);
+                    self.cursors[index].next = resume;
+                }
             }
             page = page.min(usize::try_from(max_lag).unwrap_or(usize::MAX).max(1));
         }
@@ -345,6 +352,70 @@ impl Subscription {
         };
         self.push_events(index, events);
         Ok(())
+    }
+
+    /// A key subscription more than `max_lag` partition records behind:
+    /// reads the partition up to `head` in order (as any read does, so a
+    /// feed that streams works too), keeps the key's newest `max_lag`
+    /// records and reports the key's records it skipped, counted in that
+    /// key alone (C18). False when nothing could be read: the plain read
+    /// then reports why.
+    fn catch_up_key(&mut self, index: usize, head: u64, max_lag: u64) -> bool {
+        let partition = self.cursors[index].partition;
+        let start = self.cursors[index].next;
+        let bound = usize::try_from(max_lag).unwrap_or(usize::MAX);
+        let mut kept: VecDeque<StoredEvent> = VecDeque::new();
+        let (mut seen, mut expired) = (0u64, 0u64);
+        let mut from = start;
+        while from < head {
+            let Ok(events) = self.feed.read(partition, from, PAGE) else {
+                break;
+            };
+            let Some(last) = events.last().map(|event| event.offset) else {
+                break;
+            };
+            for event in events {
+                if event.offset < from {
+                    continue;
+                }
+                // Retention took these before they were read.
+                expired += event.offset - from;
+                from = event.offset + 1;
+                let cursor = &mut self.cursors[index];
+                if cursor.not_before.is_some_and(|time| event.stored_at < time) {
+                    continue;
+                }
+                if self.key.as_deref() == Some(event.key.as_str()) {
+                    cursor.not_before = None;
+                    seen += 1;
+                    kept.push_back(event);
+                    if kept.len() > bound {
+                        kept.pop_front();
+                    }
+                }
+            }
+            from = from.max(last + 1);
+        }
+        if from == start {
+            return false;
+        }
+        self.cursors[index].next = from;
+        let skipped = seen - kept.len() as u64;
+        if expired > 0 || skipped > 0 {
+            let resume = kept.front().map_or(from, |event| event.offset);
+            self.report_lagged(index, expired + skipped, resume);
+        }
+        for event in kept {
+            let position = event.offset + 1;
+            let topic = self.topic.clone();
+            self.queue(
+                index,
+                Some(position),
+                Ok(SubscriptionItem::Record { topic, event }),
+            );
+        }
+        self.pass_over(index, from);
+        true
     }
 
     /// Queues `Lagged` for records of cursor `index`'s partition the

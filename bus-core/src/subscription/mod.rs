@@ -101,7 +101,10 @@ pub enum SubscriptionItem {
     },
     /// Records of `partition` were skipped: `skipped` of them, by the
     /// `max_lag` bound or because retention expired them before they were
-    /// read. Delivery goes on at `next_offset`.
+    /// read. Delivery goes on at `next_offset`. A key subscription's
+    /// `max_lag` skip counts only that key's records (the other keys were
+    /// never going to be delivered), plus any records of the partition that
+    /// retention expired before they were read.
     Lagged {
         /// The partition concerned.
         partition: u32,
