@@ -211,6 +211,12 @@ async fn stream_of(js: &async_nats::jetstream::Context) -> Option<String> {
 /// The cluster up, one bus on all three seeds, the topic provisioned at
 /// replication factor 3 (retried until the meta group has a leader).
 fn setup(suite: &str) -> Option<(Cluster, NatsBus)> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let binary = server_binary_or_skip(suite)?;
     let cluster = Cluster::start(binary);
     let options = NatsOptions::from_url(&cluster.url())
