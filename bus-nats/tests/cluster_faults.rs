@@ -251,7 +251,7 @@ fn report(test: &str, fields: &str) {
 }
 
 #[test]
-#[ignore = "run by scripts/test-clusters.sh (and CI): its live subscription stalled once in about five runs (issue 19 note)"]
+#[ignore = "run by scripts/test-clusters.sh (and CI): kills nodes under load, up to a minute"]
 fn leader_killed_under_load() {
     let started = Instant::now();
     let Some((mut cluster, bus)) = setup("cluster_faults") else {
