@@ -10,7 +10,10 @@
 //! - two of three killed: publishes fail within timeout + 1 s with a
 //!   transient error (never an ack), and succeed once one node is back.
 //!
-//! Each test prints one `cluster-fault` line with its figures.
+//! Each test prints one `cluster-fault` line with its figures. With
+//! `RUST_LOG` set the bus logs through tracing; with
+//! `BUS_FAULTS_SERVER_LOGS=<dir>` each node's own log goes to
+//! `<dir>/n<node>.log`.
 
 mod common;
 
@@ -87,7 +90,9 @@ impl Cluster {
 
     fn spawn(&mut self, node: usize) {
         let config = self.config(node);
-        let child = spawn_server(&self.binary, &config);
+        let log = std::env::var_os("BUS_FAULTS_SERVER_LOGS")
+            .map(|dir| PathBuf::from(dir).join(format!("n{node}.log")));
+        let child = spawn_server(&self.binary, &config, log.as_deref());
         self.nodes[node] = Some(child);
     }
 
@@ -185,13 +190,23 @@ impl Drop for Cluster {
     }
 }
 
-fn spawn_server(binary: &Path, config: &Path) -> Child {
+/// A node's output goes to `log` (appended: a restarted node goes on in
+/// the same file) when `BUS_FAULTS_SERVER_LOGS` names a directory.
+fn spawn_server(binary: &Path, config: &Path, log: Option<&Path>) -> Child {
+    let output = || match log {
+        Some(path) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_or_else(|_| Stdio::null(), Stdio::from),
+        None => Stdio::null(),
+    };
     Command::new(binary)
         .arg("-c")
         .arg(config)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(output())
+        .stderr(output())
         .spawn()
         .expect("start nats-server")
 }
