@@ -27,11 +27,13 @@
 //! # Ok::<(), bus_core::BusError>(())
 //! ```
 //!
-//! A live subscription (`EventBus::subscribe`) keeps, per partition, an
-//! ordered push consumer (ephemeral, in memory, started at the stream's
-//! last sequence) on the bus's connector runtime: each delivery is buffered
-//! and rings the subscription's doorbell, no thread of its own and no
-//! polling. History, and whatever a slow subscriber's bounded buffer
+//! A live subscription (`EventBus::subscribe`) keeps, per partition, a
+//! push consumer (ephemeral, in memory, started just after the stream's
+//! last sequence) followed by a task on the bus's connector runtime: each
+//! delivery is buffered and rings the subscription's doorbell, no thread of
+//! its own and no polling. The task checks that deliveries and heartbeats
+//! follow each other and re-creates the consumer, under a new name, from
+//! the last sequence known when they do not or heartbeats stop. History, and whatever a slow subscriber's bounded buffer
 //! dropped, is read by sequence through `fetch`'s code with a cursor of the
 //! subscription's own; both paths decode and verify as `fetch` does. While
 //! the connection is down reads fail at once as `Unavailable`; afterwards

@@ -1,14 +1,29 @@
 //! Live subscriptions (contracts C17–C19): the durable stream read by
 //! sequence, woken by a consumer the server pushes to.
 //!
-//! Per subscribed partition the feed keeps an ordered push consumer
-//! (ephemeral, in memory, no acks; async-nats re-creates it after a gap or
-//! a reconnect from the last sequence it delivered) started at the stream's
-//! last sequence when the subscription was made. One task on the
-//! bus's connector runtime awaits all of them: each delivery records the
-//! new end of the partition, keeps the message in a bounded buffer and
-//! rings the subscription's doorbell. An idle subscription costs nothing
-//! but the server's idle heartbeat every 5 s.
+//! Per subscribed partition the feed keeps a push consumer (ephemeral, in
+//! memory, no acks, flow control and an idle heartbeat every 5 s) started
+//! just after the stream's last sequence when the subscription was made,
+//! and a task on the bus's connector runtime that follows it: each delivery
+//! records the new end of the partition, keeps the message in a bounded
+//! buffer and rings the subscription's doorbell. An idle subscription costs
+//! nothing but the server's idle heartbeat.
+//!
+//! The task re-creates the consumer, under a new name each attempt, from
+//! just after the highest sequence known, whenever it can no longer be
+//! trusted: a delivery that does not follow the one before, a heartbeat
+//! that says messages were lost, no heartbeat for two intervals, a status
+//! such as "consumer deleted". Until a new one delivers, the partition is
+//! marked stale so reads ask the server.
+//!
+//! Why a new name: an R1 consumer created in the first second or so after
+//! a node dies may be assigned to that node (the meta leader does not know
+//! yet); the server then lists it as "missing" and leaves every create of
+//! that name unanswered until the node returns, while new names are placed
+//! on live nodes within milliseconds (measured on a 3-node cluster, issue
+//! 25). async-nats' ordered consumer, used here before, re-created under
+//! one name and retried it forever without yielding anything, so the
+//! subscription stopped with no error.
 //!
 //! [`Feed::read`] serves the records the push brought from that buffer and
 //! everything else (the history, anything the buffer dropped when the
@@ -21,11 +36,11 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bus_core::sync::lock;
 
-use async_nats::jetstream::consumer::DeliverPolicy;
-use async_nats::jetstream::consumer::push::OrderedConfig;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, push};
 use bus_core::subscription::Plan;
 use bus_core::{
     BusError, Doorbell, Feed, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
@@ -46,6 +61,19 @@ use crate::topics::stream_info;
 const BUFFER: usize = 1024;
 /// Pushed messages taken between two rings of the doorbell.
 const BATCH: usize = 256;
+/// The idle heartbeat asked of each push consumer.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// No message nor heartbeat for this long: the consumer is gone (its node
+/// died, or the connection was lost meanwhile).
+const SILENCE: Duration = Duration::from_secs(11);
+/// The server removes a push consumer nobody listens to after this long.
+const PUSH_INACTIVE: Duration = Duration::from_secs(30);
+/// First and longest pause between two failed consumer creations.
+const RECREATE_FIRST: Duration = Duration::from_millis(250);
+const RECREATE_MAX: Duration = Duration::from_secs(5);
+/// The heartbeat header naming the flow-control reply the consumer waits
+/// for (the request itself was lost): delivery stops until it comes.
+const CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
 
 impl NatsBus {
     /// `EventBus::subscribe`: see the module documentation.
@@ -121,17 +149,8 @@ impl Inner {
         Ok(&self.topic.partition(partition)?.stream)
     }
 
-    /// Takes one pushed message into its partition's buffer.
-    fn take(&self, index: usize, message: async_nats::jetstream::Message) {
-        let Some(part) = self.parts.get(index) else {
-            return;
-        };
-        let Ok(info) = message.info() else {
-            lock(&part.live).stale = true;
-            return;
-        };
-        let (sequence, stored_at) = (info.stream_sequence, epoch_ms(info.published));
-        let message = message.message;
+    /// Takes one pushed record into its partition's buffer.
+    fn take(&self, part: &Part, sequence: u64, stored_at: u64, message: async_nats::Message) {
         let mut live = lock(&part.live);
         live.end = live.end.max(sequence);
         let follows = live
@@ -147,19 +166,14 @@ impl Inner {
             });
         }
     }
-
-    fn mark_stale(&self) {
-        for part in &self.parts {
-            lock(&part.live).stale = true;
-        }
-    }
 }
 
 /// The [`Feed`] of one NATS subscription.
 pub(crate) struct NatsFeed {
     inner: Arc<Inner>,
     executor: Runner,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// One push task per partition.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl NatsFeed {
@@ -187,30 +201,30 @@ impl NatsFeed {
         });
         let started = Arc::clone(&inner);
         let timeout = inner.shared.timeout;
-        let task = executor.run_bounded("subscribe", timeout, move || async move {
+        let tasks = executor.run_bounded("subscribe", timeout, move || async move {
             let inner = started;
-            let consumers =
+            let pushes =
                 futures::future::join_all((0..inner.parts.len()).map(|index| open(&inner, index)))
                     .await
                     .into_iter()
                     .collect::<Result<Vec<_>, BusError>>()?;
-            let merged = futures::stream::select_all(
-                consumers
+            Ok::<_, BusError>(
+                pushes
                     .into_iter()
                     .enumerate()
-                    .map(|(index, messages)| messages.map(move |item| (index, item))),
-            );
-            Ok::<_, BusError>(tokio::spawn(watch(inner, merged)))
+                    .map(|(index, push)| tokio::spawn(follow(Arc::clone(&inner), index, push)))
+                    .collect::<Vec<_>>(),
+            )
         });
-        match task {
-            Ok(Ok(task)) => Ok(Self {
+        match tasks {
+            Ok(Ok(tasks)) => Ok(Self {
                 inner,
                 executor,
-                task: Some(task),
+                tasks,
             }),
             Ok(Err(error)) | Err(error) => {
                 // Consumers made before the failure: gone with their prefix.
-                cleanup(&executor, &inner, None);
+                cleanup(&executor, &inner, Vec::new());
                 Err(error)
             }
         }
@@ -231,11 +245,14 @@ fn unique() -> String {
     )
 }
 
-/// The stream's end now, then an ordered push consumer from just after it.
-async fn open(
-    inner: &Inner,
-    index: usize,
-) -> Result<async_nats::jetstream::consumer::push::Ordered, BusError> {
+/// One push consumer of a partition and the subscription to its deliveries.
+struct Push {
+    name: String,
+    messages: async_nats::Subscriber,
+}
+
+/// The stream's end now, then a push consumer from just after it.
+async fn open(inner: &Inner, index: usize) -> Result<Push, BusError> {
     let part = &inner.parts[index];
     let stream = inner.stream(part.partition)?;
     let what = format!(
@@ -246,75 +263,269 @@ async fn open(
         .await
         .map_err(|failure| failure.into_bus(&what, inner.shared.timeout))?
         .ok_or_else(|| BusError::UnknownTopic(inner.topic.spec.name.clone()))?;
-    let end = info.state.last_sequence;
-    lock(&part.live).end = end;
-    let config = OrderedConfig {
-        name: Some(format!("{}-{}", inner.consumer, part.partition)),
-        deliver_subject: inner.shared.js.client().new_inbox(),
-        // From the last stored record rather than just after it: its
-        // delivery (dropped by the reader as already known) sets where
-        // async-nats re-creates the consumer after a reconnect; before any
-        // delivery it would replay the whole stream.
-        deliver_policy: DeliverPolicy::ByStartSequence {
-            start_sequence: end.max(1),
-        },
-        ..OrderedConfig::default()
-    };
-    let consumer = inner
-        .shared
-        .js
-        .create_consumer_on_stream(config, stream)
-        .await
-        .map_err(|error| {
-            unavailable_caused(format!("{what}: creating its consumer: {error}"), error)
-        })?;
-    consumer
-        .messages()
-        .await
-        .map_err(|error| unavailable_caused(format!("{what}: {error}"), error))
+    lock(&part.live).end = info.state.last_sequence;
+    create(inner, index, 0).await
 }
 
-/// The push task: buffers deliveries and rings, until the feed is dropped.
-async fn watch<S>(inner: Arc<Inner>, mut merged: S)
-where
-    S: futures::Stream<
-            Item = (
-                usize,
-                Result<
-                    async_nats::jetstream::Message,
-                    async_nats::jetstream::consumer::push::OrderedError,
-                >,
+/// A push consumer of partition `index` from just after the highest
+/// sequence known, named for the subscription, its partition and the
+/// `serial` of the attempt (never reused: a name whose creation got no
+/// answer may be stuck on a dead node). Bounded by the operation timeout.
+async fn create(inner: &Inner, index: usize, serial: u64) -> Result<Push, BusError> {
+    let part = &inner.parts[index];
+    let stream = inner.stream(part.partition)?;
+    let what = format!(
+        "subscribing to topic {:?} partition {}",
+        inner.topic.spec.name, part.partition
+    );
+    let base = format!("{}-{}", inner.consumer, part.partition);
+    let name = if serial == 0 {
+        base
+    } else {
+        format!("{base}_{serial}")
+    };
+    let start = lock(&part.live).end.saturating_add(1);
+    let client = inner.shared.js.client();
+    let inbox = client.new_inbox();
+    let config = push::Config {
+        name: Some(name.clone()),
+        deliver_subject: inbox.clone(),
+        deliver_policy: DeliverPolicy::ByStartSequence {
+            start_sequence: start,
+        },
+        ack_policy: AckPolicy::None,
+        max_deliver: 1,
+        flow_control: true,
+        idle_heartbeat: HEARTBEAT,
+        inactive_threshold: PUSH_INACTIVE,
+        num_replicas: 1,
+        memory_storage: true,
+        ..push::Config::default()
+    };
+    let attempt = async {
+        // Subscribed before the consumer exists, so nothing it sends is lost.
+        let messages = client
+            .subscribe(inbox)
+            .await
+            .map_err(|error| unavailable_caused(format!("{what}: {error}"), error))?;
+        inner
+            .shared
+            .js
+            .create_consumer_on_stream(config, stream)
+            .await
+            .map_err(|error| {
+                unavailable_caused(format!("{what}: creating its consumer: {error}"), error)
+            })?;
+        Ok(Push {
+            name: name.clone(),
+            messages,
+        })
+    };
+    match tokio::time::timeout(inner.shared.timeout, attempt).await {
+        Ok(Ok(push)) => {
+            tracing::debug!(consumer = %push.name, start, "nats: subscription push consumer created");
+            Ok(push)
+        }
+        Ok(Err(error)) => {
+            delete_later(inner, part, name);
+            Err(error)
+        }
+        Err(_) => {
+            delete_later(inner, part, name);
+            Err(BusError::timeout(
+                format!("{what}: creating its consumer"),
+                inner.shared.timeout,
+            ))
+        }
+    }
+}
+
+/// Deletes a push consumer that is given up, in the background (best
+/// effort: the server removes it once nobody listens).
+fn delete_later(inner: &Inner, part: &Part, name: String) {
+    let Ok(stream) = inner.stream(part.partition) else {
+        return;
+    };
+    let (js, stream, timeout) = (
+        inner.shared.js.clone(),
+        stream.to_owned(),
+        inner.shared.timeout,
+    );
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(timeout, js.delete_consumer_from_stream(&name, &stream)).await;
+    });
+}
+
+/// Why a push consumer stopped being followed.
+enum Ended {
+    /// The connection is closed for good.
+    Closed,
+    /// Neither a message nor a heartbeat for [`SILENCE`].
+    Silent,
+    /// A delivery or a heartbeat showed messages were lost.
+    Lost { expected: u64, got: u64 },
+    /// A status other than a heartbeat (the consumer was deleted, ...).
+    Status(async_nats::StatusCode),
+    /// A delivery without JetStream metadata.
+    Malformed,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Closed => f.write_str("the connection is closed"),
+            Self::Silent => write!(f, "no message nor heartbeat for {SILENCE:?}"),
+            Self::Lost { expected, got } => write!(
+                f,
+                "messages lost (consumer sequence {got}, expected {expected})"
             ),
-        > + Unpin,
-{
+            Self::Status(status) => write!(f, "status {status}"),
+            Self::Malformed => f.write_str("a delivery without JetStream metadata"),
+        }
+    }
+}
+
+/// The push task of partition `index`: follows its consumer, and re-creates
+/// it whenever it can no longer be trusted, until the feed is dropped or
+/// the connection is closed for good.
+async fn follow(inner: Arc<Inner>, index: usize, first: Push) {
+    let part = &inner.parts[index];
+    let mut push = first;
+    let mut serial = 0;
     loop {
-        let Some(first) = merged.next().await else {
-            break;
+        let ended = track(&inner, part, &mut push.messages).await;
+        // Whatever came before may be all there is: reads ask the server.
+        lock(&part.live).stale = true;
+        inner.bell.ring();
+        if matches!(ended, Ended::Closed) {
+            return;
+        }
+        tracing::debug!(
+            consumer = %push.name,
+            partition = part.partition,
+            reason = %ended,
+            "nats: re-creating a subscription's push consumer"
+        );
+        delete_later(&inner, part, std::mem::take(&mut push.name));
+        let mut pause = RECREATE_FIRST;
+        push = loop {
+            serial += 1;
+            match create(&inner, index, serial).await {
+                Ok(push) => break push,
+                Err(error) => {
+                    tracing::debug!(
+                        partition = part.partition,
+                        %error,
+                        "nats: re-creating a subscription's push consumer failed; trying again"
+                    );
+                    lock(&part.live).stale = true;
+                    inner.bell.ring();
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECREATE_MAX);
+                }
+            }
         };
-        let mut item = Some(first);
+    }
+}
+
+/// Takes one consumer's deliveries into the partition's buffer, ringing
+/// the doorbell after each batch, until the consumer can no longer be
+/// trusted.
+async fn track(inner: &Inner, part: &Part, messages: &mut async_nats::Subscriber) -> Ended {
+    // The consumer sequence of the last delivery.
+    let mut delivered = 0_u64;
+    loop {
+        let first = match tokio::time::timeout(SILENCE, messages.next()).await {
+            Ok(Some(message)) => message,
+            Ok(None) => return Ended::Closed,
+            Err(_) => return Ended::Silent,
+        };
+        let mut next = Some(first);
+        let mut records = false;
         for _ in 0..BATCH {
-            let Some((index, result)) = item.take() else {
+            let Some(message) = next.take() else {
                 break;
             };
-            match result {
-                Ok(message) => inner.take(index, message),
-                // A missed heartbeat or a failed re-creation: the consumer
-                // may have skipped something; reads ask the server.
-                Err(_) => inner.mark_stale(),
+            match receive(inner, part, message, &mut delivered).await {
+                Ok(record) => records |= record,
+                Err(ended) => return ended,
             }
-            item = merged.next().now_or_never().flatten();
+            next = messages.next().now_or_never().flatten();
         }
-        if let Some((index, result)) = item {
-            match result {
-                Ok(message) => inner.take(index, message),
-                Err(_) => inner.mark_stale(),
+        if let Some(message) = next {
+            match receive(inner, part, message, &mut delivered).await {
+                Ok(record) => records |= record,
+                Err(ended) => return ended,
             }
         }
-        inner.bell.ring();
+        if records {
+            inner.bell.ring();
+        }
     }
-    // The connection is closed for good.
-    inner.mark_stale();
-    inner.bell.ring();
+}
+
+/// One delivery: a record (taken, `true`), a heartbeat or a flow-control
+/// request (answered, `false`), or why the consumer is done.
+async fn receive(
+    inner: &Inner,
+    part: &Part,
+    message: async_nats::Message,
+    delivered: &mut u64,
+) -> Result<bool, Ended> {
+    match message.status {
+        None => {}
+        Some(async_nats::StatusCode::IDLE_HEARTBEAT) => {
+            let client = inner.shared.js.client();
+            if let Some(reply) = message.reply {
+                // Flow control: the consumer waits for this answer.
+                let _ = client.publish(reply, bytes::Bytes::new()).await;
+                return Ok(false);
+            }
+            let header = |name: &str| {
+                message
+                    .headers
+                    .as_ref()
+                    .and_then(|headers| headers.get(name))
+                    .map(|value| value.as_str().to_owned())
+            };
+            if let Some(stalled) = header(CONSUMER_STALLED) {
+                // A flow-control request was lost: answer it now.
+                let _ = client.publish(stalled, bytes::Bytes::new()).await;
+            }
+            if let Some(last) = header("Nats-Last-Consumer").and_then(|last| last.parse().ok())
+                && last != *delivered
+            {
+                return Err(Ended::Lost {
+                    expected: *delivered,
+                    got: last,
+                });
+            }
+            return Ok(false);
+        }
+        Some(status) => return Err(Ended::Status(status)),
+    }
+    let message = async_nats::jetstream::Message {
+        message,
+        context: inner.shared.js.clone(),
+    };
+    let Ok(info) = message.info() else {
+        return Err(Ended::Malformed);
+    };
+    let (consumer_sequence, sequence, stored_at) = (
+        info.consumer_sequence,
+        info.stream_sequence,
+        epoch_ms(info.published),
+    );
+    if consumer_sequence != *delivered + 1 {
+        return Err(Ended::Lost {
+            expected: *delivered + 1,
+            got: consumer_sequence,
+        });
+    }
+    *delivered = consumer_sequence;
+    tracing::trace!(partition = part.partition, sequence, "nats: pushed");
+    inner.take(part, sequence, stored_at, message.message);
+    Ok(true)
 }
 
 impl Feed for NatsFeed {
@@ -351,7 +562,15 @@ impl Feed for NatsFeed {
                 Some(front) => usize::try_from(front.sequence - wanted)
                     .unwrap_or(usize::MAX)
                     .min(max),
-                None if !live.stale && wanted > live.end => return Ok(Vec::new()),
+                None if !live.stale && wanted > live.end => {
+                    tracing::trace!(
+                        partition,
+                        wanted,
+                        end = live.end,
+                        "nats: subscription read at the known end"
+                    );
+                    return Ok(Vec::new());
+                }
                 None => max,
             }
         };
@@ -425,8 +644,8 @@ impl NatsFeed {
 
 /// Stops the push task and deletes the subscription's consumers (push and
 /// replay) in the background; the server would expire them anyway.
-fn cleanup(executor: &Runner, inner: &Arc<Inner>, task: Option<tokio::task::JoinHandle<()>>) {
-    if let Some(task) = task {
+fn cleanup(executor: &Runner, inner: &Arc<Inner>, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for task in tasks {
         task.abort();
     }
     let inner = Arc::clone(inner);
@@ -472,7 +691,7 @@ fn cleanup(executor: &Runner, inner: &Arc<Inner>, task: Option<tokio::task::Join
 
 impl Drop for NatsFeed {
     fn drop(&mut self) {
-        let task = self.task.take();
-        cleanup(&self.executor, &self.inner, task);
+        let tasks = std::mem::take(&mut self.tasks);
+        cleanup(&self.executor, &self.inner, tasks);
     }
 }

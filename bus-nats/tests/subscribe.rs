@@ -1,8 +1,10 @@
 //! Live subscriptions on the shared server (`BUS_NATS_URL`), beyond the
 //! conformance suite: retention expiring unread history (JetStream's own
 //! `max_age`), more live records than a partition's push buffer holds,
-//! a forged record arriving on the live tail, and a subscription outliving
-//! the bus handle it came from. Each test owns its stream prefix.
+//! a forged record arriving on the live tail, a subscription outliving
+//! the bus handle it came from, and a push consumer deleted under a
+//! subscription, re-created under a new name. Each test owns its stream
+//! prefix.
 
 mod common;
 
@@ -197,4 +199,79 @@ fn a_subscription_outlives_its_bus_handle() {
     assert_eq!(offset_of(next(&mut sub)), 0);
     drop(sub);
     common::cleanup(&writer);
+}
+
+/// Issue 25: after a leader kill async-nats' ordered consumer re-created
+/// its consumer under one name, never answered, and retried that name
+/// forever without a word: the subscription stopped. Here the
+/// subscription's push consumer is deleted and the name its first
+/// re-creation takes is already held by a pull consumer, so that creation
+/// fails: the records published meanwhile arrive, and so does one
+/// published afterwards, which only a working push consumer brings.
+#[test]
+fn a_deleted_push_consumer_is_recreated_under_a_new_name() {
+    let Some(bus) = common::shared_bus("subscribe", "sub-recreate") else {
+        return;
+    };
+    let topic = "recreate";
+    bus.provision(&Manifest::new([TopicSpec::new(topic, 1)]))
+        .expect("provision");
+    let mut sub = bus
+        .subscribe(
+            topic,
+            Selector::Partition(0),
+            StartAt::Now,
+            SubscribeOptions::default(),
+        )
+        .expect("subscribe");
+    bus.publish(topic, "k", &json!({"n": 0})).expect("publish");
+    assert_eq!(offset_of(next(&mut sub)), 0);
+    let stream = stream_name(bus.prefix(), topic, 0);
+    let push = common::raw({
+        let stream = stream.clone();
+        async move |js| {
+            use futures::StreamExt;
+            let handle = js.get_stream(&stream).await.expect("stream");
+            let names: Vec<String> = handle
+                .consumer_names()
+                .filter_map(|name| async move { name.ok() })
+                .collect()
+                .await;
+            let push = names
+                .into_iter()
+                .find(|name| name.starts_with("bus-sub-"))
+                .expect("the subscription's push consumer");
+            handle
+                .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                    name: Some(format!("{push}_1")),
+                    inactive_threshold: Duration::from_secs(60),
+                    ..Default::default()
+                })
+                .await
+                .expect("a pull consumer holding the next name");
+            handle.delete_consumer(&push).await.expect("delete");
+            push
+        }
+    });
+    bus.publish(topic, "k", &json!({"n": 1})).expect("publish");
+    bus.publish(topic, "k", &json!({"n": 2})).expect("publish");
+    assert_eq!(offset_of(next(&mut sub)), 1);
+    assert_eq!(offset_of(next(&mut sub)), 2);
+    let recreated = format!("{push}_2");
+    poll_until("the push consumer re-created as _2", WAIT, || {
+        common::raw({
+            let (stream, recreated) = (stream.clone(), recreated.clone());
+            async move |js| {
+                let handle = js.get_stream(&stream).await.expect("stream");
+                handle.consumer_info(&recreated).await.ok().map(|_| ())
+            }
+        })
+    });
+    // A read at the end: the server says nothing more, so the partition is
+    // no longer stale and the next record can only come by the push.
+    assert_eq!(sub.try_recv().expect("a read at the end"), None);
+    bus.publish(topic, "k", &json!({"n": 3})).expect("publish");
+    assert_eq!(offset_of(next(&mut sub)), 3);
+    drop(sub);
+    common::cleanup(&bus);
 }
