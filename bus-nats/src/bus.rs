@@ -43,7 +43,8 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct NatsBus {
     pub(crate) shared: Arc<Shared>,
     /// Started by the first sync call (see [`NatsBus::executor`]); shared
-    /// with the bus's subscriptions, which outlive it if need be.
+    /// with the bus's subscriptions, whose feeds stop with them (a dropped
+    /// bus closes their doorbells, so they end).
     pub(crate) executor: Arc<OnceLock<Arc<ConnectorExecutor>>>,
     /// False for the internal handles the async surface moves onto the
     /// blocking pool: dropping one cleans nothing up.
