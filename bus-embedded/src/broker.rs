@@ -21,6 +21,7 @@ use bus_core::{
 use crate::frame::NewRecord;
 use crate::fsutil;
 use crate::inner::Inner;
+use crate::watch::Watches;
 use crate::options::{Durability, Options};
 use crate::topic::{self, Topic};
 
@@ -120,6 +121,7 @@ impl EmbeddedBus {
             options,
             topics: RwLock::new(topics),
             auth: RwLock::new(None),
+            watches: None,
             _lock: Some(lock),
         });
         let flusher = match inner.options.durability {
@@ -140,12 +142,14 @@ impl EmbeddedBus {
                 format!("{} is not a directory", root.display()),
             ));
         }
+        let watches = Some(Watches::new(Arc::clone(&options.notifier)));
         let inner = Arc::new(Inner {
             topics_dir: root.join("topics"),
             root,
             options,
             topics: RwLock::new(BTreeMap::new()),
             auth: RwLock::new(None),
+            watches,
             _lock: None,
         });
         inner.discover()?;
