@@ -21,9 +21,9 @@ use bus_core::{
 use crate::frame::NewRecord;
 use crate::fsutil;
 use crate::inner::Inner;
-use crate::watch::Watches;
 use crate::options::{Durability, Options};
 use crate::topic::{self, Topic};
+use crate::watch::Watches;
 
 /// The embedded, durable event bus: a segmented, checksummed log per
 /// partition under one data directory, which it locks for its lifetime.
@@ -69,7 +69,9 @@ impl EmbeddedBus {
     /// writer provisions later; it shows a record once the writer has acked
     /// it (never bytes a crash could take back); `publish*`, `maintenance`
     /// and a `provision` that would create a topic fail with
-    /// [`BusError::ReadOnly`]. Its subscriptions wake on inotify events.
+    /// [`BusError::ReadOnly`]. Its subscriptions wake on inotify events, through
+    /// one watcher (one thread, one inotify instance) per open, shared by
+    /// all its subscriptions.
     ///
     /// ```
     /// use bus_core::{EventBus, Manifest, TopicSpec};

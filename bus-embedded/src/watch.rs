@@ -83,9 +83,7 @@ impl Watches {
             map.insert(dir.clone(), topic.to_owned());
         }
         drop(map);
-        state
-            .topics
-            .insert(topic.to_owned(), (1, dirs.to_vec()));
+        state.topics.insert(topic.to_owned(), (1, dirs.to_vec()));
         Ok(())
     }
 

@@ -47,7 +47,10 @@ fn usage() -> Usage {
             inotify += 1;
             let info = format!("/proc/self/fdinfo/{}", entry.file_name().to_string_lossy());
             let info = std::fs::read_to_string(info).unwrap_or_default();
-            watches += info.lines().filter(|l| l.starts_with("inotify wd:")).count();
+            watches += info
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count();
         }
     }
     Usage {
@@ -90,7 +93,12 @@ fn cycle(name: &str, bus: &dyn EventBus) -> Usage {
     // once a subscription has read (a read-only open's one watcher, the
     // open segment files) is its baseline, not a subscription's.
     let mut first = subscribe(bus);
-    assert!(first.recv_timeout(Duration::from_secs(10)).unwrap().is_some());
+    assert!(
+        first
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .is_some()
+    );
     drop(first);
     let zero = usage();
     let mut subs: Vec<_> = (0..1000).map(|_| subscribe(bus)).collect();
@@ -105,12 +113,23 @@ fn cycle(name: &str, bus: &dyn EventBus) -> Usage {
         assert!(sub.try_recv().unwrap().is_some());
     }
     let looped = usage();
-    println!("{name:<20} 0: {zero} | 1000: {thousand} | 0 again: {again} | after 10,000 subscribe/drop: {looped}");
+    println!(
+        "{name:<20} 0: {zero} | 1000: {thousand} | 0 again: {again} | after 10,000 subscribe/drop: {looped}"
+    );
     assert_eq!(again, zero, "{name}: 1,000 subscriptions dropped");
     assert_eq!(looped, zero, "{name}: 10,000 subscribe/drop");
-    assert_eq!(zero.watches, 0, "{name}: no directory watched without subscriptions");
-    assert_eq!(thousand.threads, zero.threads, "{name}: no thread per subscription");
-    assert_eq!(thousand.inotify, zero.inotify, "{name}: no inotify instance per subscription");
+    assert_eq!(
+        zero.watches, 0,
+        "{name}: no directory watched without subscriptions"
+    );
+    assert_eq!(
+        thousand.threads, zero.threads,
+        "{name}: no thread per subscription"
+    );
+    assert_eq!(
+        thousand.inotify, zero.inotify,
+        "{name}: no inotify instance per subscription"
+    );
     assert_eq!(thousand.fds, zero.fds, "{name}: no fd per subscription");
     thousand
 }
