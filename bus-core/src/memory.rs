@@ -77,7 +77,10 @@ struct Topic {
 
 #[derive(Debug, Default)]
 struct Partition {
-    records: VecDeque<Record>,
+    /// Shared, so a read copies pointers out under the lock and decodes
+    /// after it: readers (live subscriptions among them) hold the lock the
+    /// publisher needs only for that copy.
+    records: VecDeque<Arc<Record>>,
     next_offset: u64,
     uids: HashMap<String, u64>,
 }
@@ -243,7 +246,7 @@ impl Partition {
             }
         }
         self.next_offset = record.offset + 1;
-        self.records.push_back(record);
+        self.records.push_back(Arc::new(record));
     }
 
     fn first_offset(&self) -> u64 {
@@ -294,14 +297,15 @@ impl EventBus for MemoryBus {
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
         let topic = self.store.topic(topic_name)?;
-        let log = topic.partition(partition)?;
-        let start = offset.max(log.first_offset());
-        let skip = usize::try_from(start - log.first_offset()).unwrap_or(usize::MAX);
+        let records: Vec<Arc<Record>> = {
+            let log = topic.partition(partition)?;
+            let start = offset.max(log.first_offset());
+            let skip = usize::try_from(start - log.first_offset()).unwrap_or(usize::MAX);
+            log.records.iter().skip(skip).take(max).cloned().collect()
+        };
         let auth = self.auth();
-        log.records
+        records
             .iter()
-            .skip(skip)
-            .take(max)
             .map(|record| {
                 let integrity = |reason: &str| BusError::Integrity {
                     topic: topic_name.to_owned(),
@@ -358,8 +362,8 @@ impl EventBus for MemoryBus {
                     .is_some_and(|record| record.stored_at < cutoff)
                 {
                     if let Some(record) = log.records.pop_front() {
-                        if let Some(uid) = record.uid {
-                            log.uids.remove(&uid);
+                        if let Some(uid) = &record.uid {
+                            log.uids.remove(uid);
                         }
                         expired += 1;
                     }

@@ -23,6 +23,7 @@ use crate::fsutil;
 use crate::inner::Inner;
 use crate::options::{Durability, Options};
 use crate::topic::{self, Topic};
+use crate::watch::Watches;
 
 /// The embedded, durable event bus: a segmented, checksummed log per
 /// partition under one data directory, which it locks for its lifetime.
@@ -68,7 +69,9 @@ impl EmbeddedBus {
     /// writer provisions later; it shows a record once the writer has acked
     /// it (never bytes a crash could take back); `publish*`, `maintenance`
     /// and a `provision` that would create a topic fail with
-    /// [`BusError::ReadOnly`]. Its subscriptions wake on inotify events.
+    /// [`BusError::ReadOnly`]. Its subscriptions wake on inotify events, through
+    /// one watcher (one thread, one inotify instance) per open, shared by
+    /// all its subscriptions.
     ///
     /// ```
     /// use bus_core::{EventBus, Manifest, TopicSpec};
@@ -120,6 +123,7 @@ impl EmbeddedBus {
             options,
             topics: RwLock::new(topics),
             auth: RwLock::new(None),
+            watches: None,
             _lock: Some(lock),
         });
         let flusher = match inner.options.durability {
@@ -140,12 +144,14 @@ impl EmbeddedBus {
                 format!("{} is not a directory", root.display()),
             ));
         }
+        let watches = Some(Watches::new(Arc::clone(&options.notifier)));
         let inner = Arc::new(Inner {
             topics_dir: root.join("topics"),
             root,
             options,
             topics: RwLock::new(BTreeMap::new()),
             auth: RwLock::new(None),
+            watches,
             _lock: None,
         });
         inner.discover()?;

@@ -13,6 +13,7 @@ use bus_core::{BusError, validate_topic};
 use crate::options::Options;
 use crate::partition::Partition;
 use crate::topic::{self, Topic};
+use crate::watch::Watches;
 
 /// What the bus, its flusher and its subscriptions' feeds share.
 #[derive(Debug)]
@@ -22,6 +23,9 @@ pub(crate) struct Inner {
     pub(crate) options: Options,
     pub(crate) topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     pub(crate) auth: RwLock<Option<RecordAuth>>,
+    /// A read-only open's watcher of the writer's appends, shared by its
+    /// subscriptions; `None` for the writer, which rings its own bells.
+    pub(crate) watches: Option<Watches>,
     /// Held (flock) for the bus's lifetime; the OS drops it with the
     /// process. A read-only open takes none.
     pub(crate) _lock: Option<File>,

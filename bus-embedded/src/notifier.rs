@@ -26,6 +26,14 @@ impl Notifier {
         }
     }
 
+    /// Rings the bells of every topic (the watcher may have missed a
+    /// change).
+    pub(crate) fn ring_all(&self) {
+        if self.listeners.load(Ordering::Relaxed) > 0 {
+            self.bells.ring_all();
+        }
+    }
+
     /// A live feed starts listening: the commit path rings from now on.
     pub(crate) fn listen(&self) {
         self.listeners.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,8 @@
 //! Live subscriptions (contract C17–C19): a feed that reads through the
-//! log, woken by the bus's `Notifier` (a read-only open is rung by its file
-//! watcher instead, see `watch`).
+//! log, woken by the bus's `Notifier` (in a read-only open, rung by the
+//! open's one file watcher, see `watch`). A subscription holds no thread
+//! or file of its own: dropping it releases what it held before `drop`
+//! returns.
 
 use std::sync::{Arc, Weak};
 
@@ -11,7 +13,6 @@ use bus_core::{
 
 use crate::inner::Inner;
 use crate::notifier::Notifier;
-use crate::watch::Watch;
 
 /// Reads a topic for one subscription through the bus's shared state. It
 /// holds that state weakly, so a subscription outliving its bus keeps no
@@ -20,9 +21,9 @@ struct LogFeed {
     inner: Weak<Inner>,
     topic: String,
     notifier: Arc<Notifier>,
-    /// Wakes a read-only open's subscription when the writer (another
-    /// process) appends; dropped with the feed, which ends its thread.
-    _watch: Option<Watch>,
+    /// Whether it counts in the read-only open's watches of its topic
+    /// (released on drop).
+    watching: bool,
 }
 
 impl LogFeed {
@@ -33,7 +34,7 @@ impl LogFeed {
             inner: Arc::downgrade(inner),
             topic: topic.to_owned(),
             notifier,
-            _watch: None,
+            watching: false,
         }
     }
 }
@@ -41,6 +42,12 @@ impl LogFeed {
 impl Drop for LogFeed {
     fn drop(&mut self) {
         self.notifier.unlisten();
+        if self.watching
+            && let Some(inner) = self.inner.upgrade()
+            && let Some(watches) = &inner.watches
+        {
+            watches.release(&self.topic);
+        }
     }
 }
 
@@ -83,9 +90,10 @@ pub(crate) fn subscribe(
     // that read then rings this bell (or is seen by the first read).
     let bell = inner.options.notifier.register(topic);
     let mut feed = LogFeed::new(inner, topic);
-    if inner.options.read_only {
-        let dirs = spec.partitions.iter().map(|p| p.dir.clone()).collect();
-        feed._watch = Some(Watch::start(dirs, Arc::clone(&bell))?);
+    if let Some(watches) = &inner.watches {
+        let dirs: Vec<_> = spec.partitions.iter().map(|p| p.dir.clone()).collect();
+        watches.acquire(topic, &dirs)?;
+        feed.watching = true;
     }
     let plan = Plan::new(bus, topic, selector, start)?;
     Subscription::new(plan, options, Box::new(feed), bell)

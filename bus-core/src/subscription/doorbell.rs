@@ -1,22 +1,59 @@
-//! The wake-up a backend gives its subscriptions: a generation counter under
-//! a mutex and a condvar, so a ring between "read found nothing" and "wait"
-//! is never lost, and an idle subscriber sleeps without polling.
+//! The wake-up a backend gives its subscriptions.
+//!
+//! The bells of one topic share a [`Chime`]: a generation counter and one
+//! condvar. Ringing a topic is one atomic add, plus one broadcast when a
+//! subscriber sleeps, whatever the number of subscribers; a publish never
+//! visits each subscription's bell (with 256 subscribers that was 256
+//! futex wakes per publish). A bell also counts its own rings, for a
+//! backend that wakes one subscription alone; that wake reaches the other
+//! sleepers of the topic as a spurious one (they look at their counters
+//! and sleep again, without reading).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
 use std::time::Instant;
+
+use crate::sync::{lock, read, write};
+
+/// What the bells of one topic share. Orderings are `SeqCst`: a ringer
+/// adds to `generation` then reads `sleepers`, a sleeper adds to
+/// `sleepers` then reads `generation`, so one of them sees the other and
+/// a ring between "read found nothing" and "sleep" is never lost.
+#[derive(Debug, Default)]
+struct Chime {
+    generation: AtomicU64,
+    /// Subscribers inside [`Doorbell::wait_past`]; the ring skips the
+    /// broadcast while there are none.
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    changed: Condvar,
+}
+
+impl Chime {
+    fn ring(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Wakes the sleepers so they look at their counters again.
+    fn wake(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            // Taken and released so the broadcast cannot fall between a
+            // sleeper's last look and its wait.
+            drop(lock(&self.lock));
+            self.changed.notify_all();
+        }
+    }
+}
 
 /// Rung by a backend when a record may have become visible.
 #[derive(Debug, Default)]
 pub struct Doorbell {
-    state: Mutex<State>,
-    changed: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    generation: u64,
-    closed: bool,
+    chime: Arc<Chime>,
+    /// Rings of this bell alone ([`Doorbell::ring`]).
+    own: AtomicU64,
+    closed: AtomicBool,
 }
 
 impl Doorbell {
@@ -25,62 +62,88 @@ impl Doorbell {
         Arc::new(Self::default())
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        crate::sync::lock(&self.state)
+    fn with_chime(chime: &Arc<Chime>) -> Arc<Self> {
+        Arc::new(Self {
+            chime: Arc::clone(chime),
+            own: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        })
     }
 
     /// Wakes the subscription.
     pub fn ring(&self) {
-        let mut state = self.lock();
-        state.generation = state.generation.wrapping_add(1);
-        drop(state);
-        self.changed.notify_all();
+        self.own.fetch_add(1, Ordering::SeqCst);
+        self.chime.wake();
     }
 
     /// Ends the subscription's waits for good (the bus or the subscription
     /// is gone).
     pub fn close(&self) {
-        self.lock().closed = true;
-        self.changed.notify_all();
+        self.closed.store(true, Ordering::SeqCst);
+        self.chime.wake();
     }
 
     /// Whether [`Doorbell::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.lock().closed
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// The current generation; pass it to [`Doorbell::wait_past`] after a
     /// read that found nothing.
     pub fn generation(&self) -> u64 {
-        self.lock().generation
+        self.chime
+            .generation
+            .load(Ordering::SeqCst)
+            .wrapping_add(self.own.load(Ordering::SeqCst))
+    }
+
+    fn moved(&self, seen: u64) -> bool {
+        self.generation() != seen || self.is_closed()
     }
 
     /// Sleeps until the generation differs from `seen`, the bell is closed,
     /// or `deadline` passes. Returns whether it was rung (or closed).
     pub fn wait_past(&self, seen: u64, deadline: Instant) -> bool {
-        let mut state = self.lock();
-        loop {
-            if state.generation != seen || state.closed {
-                return true;
+        if self.moved(seen) {
+            return true;
+        }
+        let chime = &*self.chime;
+        let mut guard = lock(&chime.lock);
+        chime.sleepers.fetch_add(1, Ordering::SeqCst);
+        let rung = loop {
+            if self.moved(seen) {
+                break true;
             }
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                break false;
             }
-            state = self
+            guard = chime
                 .changed
-                .wait_timeout(state, deadline - now)
+                .wait_timeout(guard, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
-        }
+        };
+        chime.sleepers.fetch_sub(1, Ordering::SeqCst);
+        drop(guard);
+        rung
     }
 }
 
+/// The bells of one topic: the chime that rings them all, and the bells
+/// themselves for closing them.
+#[derive(Debug, Default)]
+struct TopicBells {
+    chime: Arc<Chime>,
+    bells: Vec<Weak<Doorbell>>,
+}
+
 /// The doorbells of a backend's live subscriptions, by topic: the commit
-/// path rings a topic's bells, a dropped subscription's bell is pruned.
+/// path rings a topic (one chime, not one bell per subscription), a
+/// dropped subscription's bell is pruned.
 #[derive(Debug, Default)]
 pub struct DoorbellRegistry {
-    bells: Mutex<HashMap<String, Vec<Weak<Doorbell>>>>,
+    topics: RwLock<HashMap<String, TopicBells>>,
 }
 
 impl DoorbellRegistry {
@@ -89,52 +152,36 @@ impl DoorbellRegistry {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Weak<Doorbell>>>> {
-        crate::sync::lock(&self.bells)
-    }
-
     /// A new doorbell rung for every record of `topic`.
     pub fn register(&self, topic: &str) -> Arc<Doorbell> {
-        let bell = Doorbell::new();
-        let mut bells = self.lock();
-        let list = bells.entry(topic.to_owned()).or_default();
-        list.retain(|weak| weak.strong_count() > 0);
-        list.push(Arc::downgrade(&bell));
+        let mut topics = write(&self.topics);
+        let entry = topics.entry(topic.to_owned()).or_default();
+        entry.bells.retain(|weak| weak.strong_count() > 0);
+        let bell = Doorbell::with_chime(&entry.chime);
+        entry.bells.push(Arc::downgrade(&bell));
         bell
     }
 
-    /// Rings every live doorbell of `topic`.
+    /// Rings every live doorbell of `topic`: a cost that does not grow
+    /// with the number of subscriptions.
     pub fn ring(&self, topic: &str) {
-        let live: Vec<Arc<Doorbell>> = {
-            let bells = self.lock();
-            match bells.get(topic) {
-                Some(list) => list.iter().filter_map(Weak::upgrade).collect(),
-                None => return,
-            }
-        };
-        for bell in live {
-            bell.ring();
+        if let Some(entry) = read(&self.topics).get(topic) {
+            entry.chime.ring();
         }
     }
 
     /// Rings every live doorbell of every topic.
     pub fn ring_all(&self) {
-        let live: Vec<Arc<Doorbell>> = self
-            .lock()
-            .values()
-            .flat_map(|list| list.iter().filter_map(Weak::upgrade))
-            .collect();
-        for bell in live {
-            bell.ring();
+        for entry in read(&self.topics).values() {
+            entry.chime.ring();
         }
     }
 
     /// Closes every live doorbell (the bus is shutting down).
     pub fn close_all(&self) {
-        let live: Vec<Arc<Doorbell>> = self
-            .lock()
+        let live: Vec<Arc<Doorbell>> = write(&self.topics)
             .drain()
-            .flat_map(|(_, list)| list.into_iter().filter_map(|weak| weak.upgrade()))
+            .flat_map(|(_, entry)| entry.bells.into_iter().filter_map(|weak| weak.upgrade()))
             .collect();
         for bell in live {
             bell.close();
@@ -144,31 +191,39 @@ impl DoorbellRegistry {
     /// Whether any live subscription listens on `topic` (lets a commit path
     /// skip the ring when nobody listens).
     pub fn has_listeners(&self, topic: &str) -> bool {
-        self.lock()
+        read(&self.topics)
             .get(topic)
-            .is_some_and(|list| list.iter().any(|weak| weak.strong_count() > 0))
+            .is_some_and(|entry| entry.bells.iter().any(|weak| weak.strong_count() > 0))
     }
 }
 
 /// The doorbells of one bus's live subscriptions, for a backend whose
 /// handles share it: when the last handle that holds it drops, every
 /// subscription made through them ends (C17: `None`, the stream ends).
-/// Subscriptions' own machinery must not hold it.
+/// Subscriptions' own machinery must not hold it. Its bells are rung one
+/// by one (each has a chime of its own).
 #[derive(Debug, Default)]
 pub struct SubscriptionOwner {
-    bells: DoorbellRegistry,
+    bells: Mutex<Vec<Weak<Doorbell>>>,
 }
 
 impl SubscriptionOwner {
     /// A doorbell for a new subscription of `topic`.
-    pub fn register(&self, topic: &str) -> Arc<Doorbell> {
-        self.bells.register(topic)
+    pub fn register(&self, _topic: &str) -> Arc<Doorbell> {
+        let bell = Doorbell::new();
+        let mut bells = lock(&self.bells);
+        bells.retain(|weak| weak.strong_count() > 0);
+        bells.push(Arc::downgrade(&bell));
+        bell
     }
 }
 
 impl Drop for SubscriptionOwner {
     fn drop(&mut self) {
-        self.bells.close_all();
+        let bells = std::mem::take(self.bells.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for bell in bells.iter().filter_map(Weak::upgrade) {
+            bell.close();
+        }
     }
 }
 
@@ -216,5 +271,33 @@ mod tests {
         assert!(registry.has_listeners("b"));
         registry.close_all();
         assert!(b.is_closed());
+    }
+
+    #[test]
+    fn a_topic_ring_wakes_a_sleeper_and_a_bells_own_ring_moves_only_it() {
+        let registry = DoorbellRegistry::new();
+        let sleeper = registry.register("t");
+        let sibling = registry.register("t");
+        let seen = sleeper.generation();
+        let waiter = {
+            let sleeper = Arc::clone(&sleeper);
+            std::thread::spawn(move || {
+                sleeper.wait_past(seen, Instant::now() + Duration::from_secs(10))
+            })
+        };
+        registry.ring("t");
+        assert!(waiter.join().expect("waiter"));
+        let (mine, theirs) = (sleeper.generation(), sibling.generation());
+        sibling.ring();
+        assert_eq!(sleeper.generation(), mine);
+        assert_ne!(sibling.generation(), theirs);
+    }
+
+    #[test]
+    fn an_owner_closes_its_bells_when_dropped() {
+        let owner = SubscriptionOwner::default();
+        let bell = owner.register("t");
+        drop(owner);
+        assert!(bell.is_closed());
     }
 }
