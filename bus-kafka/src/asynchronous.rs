@@ -58,6 +58,7 @@ impl KafkaBus {
             executor: Arc::clone(&self.executor),
             core: Arc::clone(&self.core),
             subscriptions: Arc::clone(&self.subscriptions),
+            waker: Arc::clone(&self.waker),
         }
     }
 
