@@ -172,9 +172,7 @@ impl Waker {
         deadline: Instant,
     ) -> Result<u64, BusError> {
         let shared = &*self.shared;
-        let _assigning = lock(&shared.assigning);
-        let fresh: Vec<i32> = {
-            let state = lock(&shared.state);
+        let unwatched = |state: &State| -> Vec<i32> {
             partitions
                 .iter()
                 .map(|&partition| kafka_partition(partition))
@@ -185,14 +183,23 @@ impl Waker {
                 })
                 .collect()
         };
+        // The watermarks before the lock, so a slow broker holds up no other
+        // subscription's start or drop; any watermark not above the end will
+        // do, the window then just starts lower.
+        let mut highs = HashMap::new();
+        for partition in unwatched(&lock(&shared.state)) {
+            highs.insert(partition, self.high(kafka_topic, partition, deadline)?);
+        }
+        let _assigning = lock(&shared.assigning);
+        let fresh = unwatched(&lock(&shared.state));
         let mut list = TopicPartitionList::new();
         let mut starts = Vec::with_capacity(fresh.len());
-        for &partition in &fresh {
-            let (_, high) =
-                shared
-                    .core
-                    .pool
-                    .watermarks(self.options(), kafka_topic, partition, deadline)?;
+        for partition in fresh {
+            let high = match highs.get(&partition) {
+                Some(&high) => high,
+                // Unwatched since (its last subscription dropped meanwhile).
+                None => self.high(kafka_topic, partition, deadline)?,
+            };
             list.add_partition_offset(
                 kafka_topic,
                 partition,
@@ -236,6 +243,14 @@ impl Waker {
             return Err(map_error(self.options(), "assigning a subscription", error));
         }
         Ok(id)
+    }
+
+    /// The high watermark of a partition.
+    fn high(&self, kafka_topic: &str, partition: i32, deadline: Instant) -> Result<u64, BusError> {
+        let pool = &self.shared.core.pool;
+        Ok(pool
+            .watermarks(self.options(), kafka_topic, partition, deadline)?
+            .1)
     }
 
     /// Forgets subscription `id`; partitions nobody watches any more are
