@@ -57,8 +57,7 @@ fn main() {
     }
     let brokers = std::env::var("BUS_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into());
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let manifest = format!("bus-bench-manifest-{}", &id[..16]);
-    let options = KafkaOptions::new(brokers.split(',').map(str::to_owned)).manifest_topic(manifest);
+    let options = KafkaOptions::new(brokers.split(',').map(str::to_owned));
     let bus = KafkaBus::connect_with(options).unwrap_or_else(|e| panic!("connect: {e}"));
     let topic = format!("bench-pub-{}", &id[..8]);
     bus.provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
