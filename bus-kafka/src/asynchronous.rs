@@ -10,8 +10,9 @@
 //! cache miss, the admin client — runs on the caller's runtime's blocking
 //! pool, never on a worker and never on the bus's connector: a bus made by
 //! [`KafkaBus::connect_async`] and used through this surface starts no
-//! connector thread (see [`KafkaBus::connector_started`]). A subscription
-//! keeps its own consumer thread, as on the sync surface.
+//! connector thread (see [`KafkaBus::connector_started`]). Subscriptions
+//! share the bus's one subscription consumer and its thread, as on the sync
+//! surface.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,6 +59,7 @@ impl KafkaBus {
             executor: Arc::clone(&self.executor),
             core: Arc::clone(&self.core),
             subscriptions: Arc::clone(&self.subscriptions),
+            waker: Arc::clone(&self.waker),
         }
     }
 

@@ -28,10 +28,14 @@
 //!   its call's timeout (through a partition leader failover); a retry of
 //!   the UID waits for that record's delivery report instead of producing
 //!   it again (see `client::Delivery`).
-//! - A live subscription owns one consumer, assigned (no group, no commits)
-//!   at its start offsets, and a thread that awaits librdkafka's wake-up,
-//!   decodes each record as `fetch` does and rings the subscription's
-//!   doorbell; see `subscribe.rs`.
+//! - Live subscriptions share one consumer per bus (started with the first
+//!   one), assigned (no group, no commits) every partition some subscription
+//!   watches from its high watermark then; its thread awaits librdkafka's
+//!   wake-up, decodes each record once as `fetch` does, keeps a window of
+//!   recent records per partition and rings the doorbells of that
+//!   partition's subscriptions. A subscription reads that window at the
+//!   tail and the reader pool behind it; it has no consumer or thread of its
+//!   own. See `waker.rs` and `subscribe.rs`.
 //!
 //! ```no_run
 //! use bus_core::{EventBus, Manifest, TopicSpec};
@@ -69,6 +73,7 @@ mod registry;
 #[cfg(test)]
 mod settings_check;
 mod subscribe;
+mod waker;
 
 pub use client::kafka_topic_name;
 
@@ -94,6 +99,9 @@ pub struct KafkaBus {
     /// The live subscriptions' doorbells, shared with the internal handles
     /// and not with the feeds: they end when the bus is dropped (C17).
     subscriptions: Arc<bus_core::SubscriptionOwner>,
+    /// The shared subscription consumer, once a subscription started it;
+    /// its subscriptions keep it too.
+    waker: Arc<Mutex<Option<Arc<waker::Waker>>>>,
 }
 
 impl std::fmt::Debug for KafkaBus {
@@ -181,6 +189,7 @@ impl KafkaBus {
                 options,
             }),
             subscriptions: Arc::default(),
+            waker: Arc::default(),
         };
         let core = &bus.core;
         lock(&core.registry).refresh(&core.options, &core.pool.meta(), bus.deadline())?;

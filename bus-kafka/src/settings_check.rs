@@ -3,7 +3,7 @@
 //! caller's setting is silently overridden (or overrides the bus's).
 
 use crate::options::reserved;
-use crate::{KafkaOptions, SaslMechanism, client, subscribe};
+use crate::{KafkaOptions, SaslMechanism, client, waker};
 
 #[test]
 fn every_setting_the_bus_makes_is_reserved() {
@@ -23,7 +23,7 @@ fn every_setting_the_bus_makes_is_reserved() {
         ),
         ("reader", client::reader_config(&options)),
         ("admin", client::admin_config(&options)),
-        ("subscription", subscribe::consumer_config(&options)),
+        ("subscription", waker::consumer_config(&options)),
     ];
     for (client, config) in &configs {
         for name in config.config_map().keys() {

@@ -177,3 +177,75 @@ fn more_records_than_a_buffer_holds_arrive_in_order() {
     drop(sub);
     cleanup(&bus, &manifest);
 }
+
+#[test]
+fn try_recv_on_a_fresh_subscription_with_history_returns_the_first_record() {
+    // Its own name: a failed run leaves its records behind.
+    let topic = &format!(
+        "sub-try-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let Some((bus, manifest)) = bus_with("try_recv_with_history", topic, 2) else {
+        return;
+    };
+    let acks = publish_n(&bus, topic, "k", 3);
+    let partition = acks[0].partition;
+    for start in [StartAt::Beginning, StartAt::Offset(acks[0].offset)] {
+        let mut sub = bus
+            .subscribe(
+                topic,
+                Selector::Partition(partition),
+                start.clone(),
+                SubscribeOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("subscribe: {e}"));
+        let item = sub
+            .try_recv()
+            .unwrap_or_else(|e| panic!("try_recv: {e}"))
+            .unwrap_or_else(|| panic!("{start:?}: no record on the first try_recv"));
+        assert_eq!(offsets(&[item]), vec![acks[0].offset]);
+        // The rest without waiting either, then nothing.
+        let rest: Vec<SubscriptionItem> = std::iter::from_fn(|| sub.try_recv().ok().flatten())
+            .take(10)
+            .collect();
+        assert_eq!(offsets(&rest), vec![acks[1].offset, acks[2].offset]);
+    }
+    cleanup(&bus, &manifest);
+}
+
+#[test]
+fn subscriptions_of_one_bus_share_the_tail_and_drop_independently() {
+    let topic = "sub-share";
+    let Some((bus, manifest)) = bus_with("subscriptions_share_the_tail", topic, 1) else {
+        return;
+    };
+    publish_n(&bus, topic, "k", 2);
+    let subscribe = |start| {
+        bus.subscribe(
+            topic,
+            Selector::Partition(0),
+            start,
+            SubscribeOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("subscribe: {e}"))
+    };
+    // One at the tail (the shared consumer starts at offset 2), one from
+    // the start (history fetched, then the tail).
+    let mut tail = subscribe(StartAt::Now);
+    let mut whole = subscribe(StartAt::Beginning);
+    publish_n(&bus, topic, "k", 3);
+    assert_eq!(offsets(&take(&mut tail, 3)), vec![2, 3, 4]);
+    assert_eq!(offsets(&take(&mut whole, 5)), vec![0, 1, 2, 3, 4]);
+    // A late one starting inside what the shared consumer holds.
+    let mut late = subscribe(StartAt::Offset(3));
+    drop(tail);
+    publish_n(&bus, topic, "k", 1);
+    assert_eq!(offsets(&take(&mut whole, 1)), vec![5]);
+    assert_eq!(offsets(&take(&mut late, 3)), vec![3, 4, 5]);
+    drop(whole);
+    publish_n(&bus, topic, "k", 1);
+    assert_eq!(offsets(&take(&mut late, 1)), vec![6]);
+    assert!(matches!(late.try_recv(), Ok(None)), "nothing more");
+    drop(late);
+    cleanup(&bus, &manifest);
+}
