@@ -319,29 +319,5 @@ fn main() {
     );
     let prefix = bus.prefix().to_owned();
     drop(bus);
-    delete_streams(&servers, &prefix);
-}
-
-/// Deletes the streams this run made.
-fn delete_streams(servers: &[String], prefix: &str) {
-    use futures::StreamExt;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let Ok(client) = async_nats::connect(servers.join(",")).await else {
-            return;
-        };
-        let js = async_nats::jetstream::new(client);
-        let ours = format!("{prefix}_");
-        let names: Vec<String> = js
-            .stream_names()
-            .filter_map(|name| async move { name.ok() })
-            .collect()
-            .await;
-        for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
-            let _ = js.delete_stream(&name).await;
-        }
-    });
+    bus_reference::nats::delete_streams(&servers.join(","), &prefix);
 }

@@ -153,7 +153,7 @@ fn main() {
         let bus = bus_nats::NatsBus::connect_with(options).expect("connect");
         measure("nats", &bus);
         drop(bus);
-        delete_streams(&url, &prefix);
+        bus_reference::nats::delete_streams(url.trim_start_matches("nats://"), &prefix);
     }
     if let Ok(url) = std::env::var("BUS_POSTGRES_URL") {
         let schema = format!("res_{id}");
@@ -164,29 +164,4 @@ fn main() {
         measure("postgres", &bus);
         println!("(schema {schema} left in place: drop it with DROP SCHEMA {schema} CASCADE)");
     }
-}
-
-/// Deletes the streams this run made.
-fn delete_streams(url: &str, prefix: &str) {
-    use futures::StreamExt as _;
-    let servers = url.trim_start_matches("nats://").to_owned();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let Ok(client) = async_nats::connect(servers).await else {
-            return;
-        };
-        let js = async_nats::jetstream::new(client);
-        let ours = format!("{prefix}_");
-        let names: Vec<String> = js
-            .stream_names()
-            .filter_map(|name| async move { name.ok() })
-            .collect()
-            .await;
-        for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
-            let _ = js.delete_stream(&name).await;
-        }
-    });
 }

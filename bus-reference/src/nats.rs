@@ -257,3 +257,30 @@ impl Drop for RawNats {
         let _ = self.runtime.block_on(self.js.delete_stream(&self.name));
     }
 }
+
+/// Deletes the streams of the bus prefix `prefix` on `servers` (comma
+/// separated `host:port` list): what a benchmark run leaves behind. Errors
+/// are ignored (a server that is gone has nothing to delete).
+pub fn delete_streams(servers: &str, prefix: &str) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    runtime.block_on(async {
+        let Ok(client) = async_nats::connect(servers).await else {
+            return;
+        };
+        let js = jetstream::new(client);
+        let ours = format!("{prefix}_");
+        let names: Vec<String> = js
+            .stream_names()
+            .filter_map(|name| async move { name.ok() })
+            .collect()
+            .await;
+        for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
+            let _ = js.delete_stream(&name).await;
+        }
+    });
+}
