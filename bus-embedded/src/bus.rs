@@ -18,11 +18,11 @@ use bus_core::{
     prepare_record, uid_partition,
 };
 
-use crate::frame::NewRecord;
 use crate::fsutil;
 use crate::inner::Inner;
+use crate::log::frame::NewRecord;
 use crate::options::{Durability, Options};
-use crate::topic::{self, Topic};
+use crate::topics::{self, Topic};
 use crate::watch::Watches;
 
 /// The embedded, durable event bus: a segmented, checksummed log per
@@ -113,9 +113,9 @@ impl EmbeddedBus {
         fsutil::create_dir(&topics_dir)?;
         fsutil::sync_dir(&root)?;
         let mut topics = BTreeMap::new();
-        for spec in topic::list(&topics_dir)? {
+        for spec in topics::list(&topics_dir)? {
             let name = spec.name.clone();
-            topics.insert(name, Arc::new(topic::open(&topics_dir, spec, &options)?));
+            topics.insert(name, Arc::new(topics::open(&topics_dir, spec, &options)?));
         }
         let inner = Arc::new(Inner {
             root,
@@ -461,8 +461,8 @@ impl EventBus for EmbeddedBus {
                 continue;
             }
             self.inner.writable("provision")?;
-            topic::create(&self.inner.topics_dir, spec)?;
-            let opened = topic::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
+            topics::create(&self.inner.topics_dir, spec)?;
+            let opened = topics::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
             topics.insert(spec.name.clone(), Arc::new(opened));
         }
         Ok(())

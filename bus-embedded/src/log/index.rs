@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::uidmap::UidMap;
+use crate::uid::map::UidMap;
 
 /// The sparse index of one segment, plus what retention and fetch need.
 #[derive(Debug, Clone, Default)]

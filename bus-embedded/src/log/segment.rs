@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::frame::{self, Fault, Frame, PREFIX};
+use crate::log::frame::{self, Fault, Frame, PREFIX};
 
 /// Extension of segment files; the stem is the base offset, 20 digits, so
 /// the file name persists the offset sequence even when the segment is empty.

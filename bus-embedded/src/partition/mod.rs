@@ -13,6 +13,14 @@
 //! answer. Async and sync publishers share rounds, and the lead passes
 //! only to sync publishers or to that thread.
 
+pub(crate) mod acked;
+pub(crate) mod fetch;
+pub(crate) mod lookup;
+pub(crate) mod poison;
+pub(crate) mod readonly;
+pub(crate) mod recovery;
+pub(crate) mod retention;
+
 use bus_core::sync::lock;
 use std::collections::HashMap;
 use std::fs::File;
@@ -26,12 +34,12 @@ use std::time::{Duration, Instant};
 use bus_core::auth::RecordAuth;
 use bus_core::{BusError, PartitionOffsets, metrics, now_ms};
 
-use crate::acked::{AckedEnd, EVERY_WHOLE_FRAME};
-use crate::checkpoint::{self, RecoveryPoint};
-use crate::frame::{self, NewRecord};
-use crate::index::{SegmentIndex, UidIndex};
+use crate::log::checkpoint::{self, RecoveryPoint};
+use crate::log::frame::{self, NewRecord};
+use crate::log::index::{SegmentIndex, UidIndex};
 use crate::options::{Durability, Options};
-use crate::poison::Poison;
+use crate::partition::acked::{AckedEnd, EVERY_WHOLE_FRAME};
+use crate::partition::poison::Poison;
 
 /// Record bytes one writer round takes at most (it always takes one
 /// request), so an oversized request never shares a frame with others.
@@ -63,7 +71,7 @@ pub(crate) struct SegmentMeta {
     pub file: Option<Arc<File>>,
     /// A sealed segment's UIDs (on disk); `None` for the active segment
     /// and in read-only opens, whose UIDs are in [`ReadState::uids`].
-    pub uids: Option<Arc<crate::uidtable::SealedUids>>,
+    pub uids: Option<Arc<crate::uid::table::SealedUids>>,
 }
 
 /// Sealed segments' files kept open after a read: opening the file cost
@@ -180,7 +188,7 @@ pub(crate) struct WriterState {
     /// from the table written at a clean close (not in [`ReadState::uids`],
     /// which holds the rest of the active segment's; both are persisted
     /// when it is sealed).
-    pub active_prefix: Option<Arc<crate::uidtable::SealedUids>>,
+    pub active_prefix: Option<Arc<crate::uid::table::SealedUids>>,
     /// Bytes of the active segment its hint files on disk cover (written
     /// at a clean close), if any.
     pub hinted_len: Option<u64>,
@@ -195,7 +203,7 @@ pub(crate) struct WriterState {
     pub recovery_point: Option<RecoveryPoint>,
     /// Compresses frames as the topic's spec says (set after open, and
     /// again when a manifest changes it).
-    pub encoder: crate::codec::Encoder,
+    pub encoder: crate::log::codec::Encoder,
 }
 
 #[derive(Debug, Default)]
@@ -346,7 +354,7 @@ pub(crate) struct Partition {
     /// Leads rounds for async publishers (see the module documentation).
     committer: Mutex<Option<Committer>>,
     /// Which sealed segments may hold a UID (see `locator`).
-    pub(crate) locator: crate::locator::LocatorCell,
+    pub(crate) locator: crate::uid::locator::LocatorCell,
 }
 
 /// Whom [`Partition::pass_lead`] handed the lead to.
@@ -383,7 +391,7 @@ impl Partition {
             acked: OnceLock::new(),
             sealed_files: Mutex::new(FileCache::new(open_files)),
             committer: Mutex::new(None),
-            locator: crate::locator::LocatorCell::default(),
+            locator: crate::uid::locator::LocatorCell::default(),
         }
     }
 
@@ -1064,8 +1072,8 @@ fn store_active_hints(
         return Ok(());
     };
     let uids = writer.active_list(active_uids)?;
-    let Some(table) = crate::uidtable::encode(
-        crate::keyed::Key::random(),
+    let Some(table) = crate::uid::table::encode(
+        crate::uid::keyed::Key::random(),
         writer.base,
         index.end,
         index.len,
@@ -1073,12 +1081,12 @@ fn store_active_hints(
     ) else {
         return Ok(());
     };
-    let path = |ext| crate::segment::path(dir, writer.base, ext);
+    let path = |ext| crate::log::segment::path(dir, writer.base, ext);
     crate::fsutil::write_atomic(
-        &path(crate::segment::CLOSED_IDX),
-        &crate::index::encode_index(writer.base, &index),
+        &path(crate::log::segment::CLOSED_IDX),
+        &crate::log::index::encode_index(writer.base, &index),
     )?;
-    crate::fsutil::write_atomic(&path(crate::segment::CLOSED_UIDS), &table)?;
+    crate::fsutil::write_atomic(&path(crate::log::segment::CLOSED_UIDS), &table)?;
     Ok(())
 }
 

@@ -32,7 +32,7 @@
 
 use bus_core::Compression;
 
-use crate::codec::Encoder;
+use crate::log::codec::Encoder;
 
 /// Bytes before the checksummed body: `len` and `crc`.
 pub(crate) const PREFIX: usize = 8;
@@ -427,7 +427,7 @@ pub(crate) fn decode<'a>(
                 "compressed records of several records announce {raw_len} bytes"
             )));
         }
-        crate::codec::decompress(codec, packed, raw_len, MAX_BODY, raw)
+        crate::log::codec::decompress(codec, packed, raw_len, MAX_BODY, raw)
             .map_err(Fault::Malformed)?;
         let raw: &'a Vec<u8> = raw;
         (Some(codec), raw.as_slice())
@@ -948,11 +948,11 @@ mod tests {
             matches!(decoded, Err(Fault::Malformed(_)))
         };
         // The well-formed forgery decodes (so the others fail for their fault).
-        let good = forged(crate::codec::LZ4, raw_len, &packed);
+        let good = forged(crate::log::codec::LZ4, raw_len, &packed);
         let prefix: [u8; PREFIX] = good[..PREFIX].try_into().unwrap();
         let mut buffer = Vec::new();
         let frame = decode(&prefix, &good[PREFIX..], &mut buffer).unwrap();
-        assert_eq!(frame.codec, Some(crate::codec::LZ4));
+        assert_eq!(frame.codec, Some(crate::log::codec::LZ4));
         assert_eq!(
             frame.records().next().unwrap().value,
             records[0].value.as_slice()
@@ -961,7 +961,7 @@ mod tests {
         let mut three = Vec::new();
         put_records(&mut three, &refs).unwrap();
         let three = forged(
-            crate::codec::LZ4,
+            crate::log::codec::LZ4,
             three.len() as u32,
             &lz4_flex::block::compress(&three),
         );
@@ -974,35 +974,35 @@ mod tests {
         *other.last_mut().unwrap() = 0;
         assert!(malformed(&refixed(other)), "end byte zero");
         // Two records announcing more than a frame of several holds.
-        let mut two = forged(crate::codec::LZ4, (FRAME_BYTES + 1) as u32, &packed);
+        let mut two = forged(crate::log::codec::LZ4, (FRAME_BYTES + 1) as u32, &packed);
         two[PREFIX + 11..PREFIX + 15].copy_from_slice(&2u32.to_le_bytes());
         assert!(malformed(&refixed(two)), "several records over FRAME_BYTES");
         assert!(malformed(&forged(9, raw_len, &packed)), "unknown codec");
         assert!(
-            malformed(&forged(crate::codec::LZ4, raw_len - 1, &packed)),
+            malformed(&forged(crate::log::codec::LZ4, raw_len - 1, &packed)),
             "short raw_len"
         );
         assert!(
-            malformed(&forged(crate::codec::LZ4, raw_len + 1, &packed)),
+            malformed(&forged(crate::log::codec::LZ4, raw_len + 1, &packed)),
             "long raw_len"
         );
         assert!(
-            malformed(&forged(crate::codec::LZ4, u32::MAX, &packed)),
+            malformed(&forged(crate::log::codec::LZ4, u32::MAX, &packed)),
             "over MAX_BODY"
         );
         assert!(
-            malformed(&forged(crate::codec::ZSTD, raw_len, &packed)),
+            malformed(&forged(crate::log::codec::ZSTD, raw_len, &packed)),
             "wrong codec"
         );
         assert!(
             malformed(&forged(
-                crate::codec::LZ4,
+                crate::log::codec::LZ4,
                 raw_len,
                 &packed[..packed.len() / 2]
             )),
             "cut"
         );
-        let mut short = forged(crate::codec::LZ4, raw_len, &[]);
+        let mut short = forged(crate::log::codec::LZ4, raw_len, &[]);
         short.truncate(PREFIX + BODY_HEADER + 2);
         let len = (short.len() - PREFIX) as u32;
         short[..4].copy_from_slice(&len.to_le_bytes());

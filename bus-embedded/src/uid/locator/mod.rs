@@ -73,7 +73,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bus_core::sync::{read, write};
 
-use crate::keyed::Key;
+use crate::uid::keyed::Key;
 
 /// Segments a locator covers at most (a slot is one byte per entry).
 pub(crate) const SLOTS: usize = 256;

@@ -47,10 +47,10 @@ use std::sync::{Arc, OnceLock, RwLock};
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::index::UidIndex;
-use crate::keyed::Key;
+use crate::log::index::UidIndex;
+use crate::log::segment::{self, LOG, UIDS};
 use crate::options::Options;
-use crate::segment::{self, LOG, UIDS};
+use crate::uid::keyed::Key;
 
 const MAGIC: &[u8; 4] = b"BUT2";
 /// Header bytes.
