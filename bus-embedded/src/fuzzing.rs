@@ -7,8 +7,9 @@
 use std::fs::File;
 
 use crate::log::frame::{self, NewRecord, PREFIX};
-use crate::log::index::{self, SegmentIndex, UidIndex};
+use crate::log::index::{self, SegmentIndex};
 use crate::log::segment;
+use crate::uid::index::UidIndex;
 use crate::uid::map::UidMap;
 use bus_core::BusError;
 

@@ -36,10 +36,11 @@ use bus_core::{BusError, PartitionOffsets, metrics, now_ms};
 
 use crate::log::checkpoint::{self, RecoveryPoint};
 use crate::log::frame::{self, NewRecord};
-use crate::log::index::{SegmentIndex, UidIndex};
+use crate::log::index::SegmentIndex;
 use crate::options::{Durability, Options};
 use crate::partition::acked::{AckedEnd, EVERY_WHOLE_FRAME};
 use crate::partition::poison::Poison;
+use crate::uid::index::UidIndex;
 
 /// Record bytes one writer round takes at most (it always takes one
 /// request), so an oversized request never shares a frame with others.

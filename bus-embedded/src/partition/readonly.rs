@@ -72,7 +72,7 @@ struct Tail {
 }
 
 impl Tail {
-    fn apply(self, index: &mut SegmentIndex, uids: &mut crate::log::index::UidIndex) {
+    fn apply(self, index: &mut SegmentIndex, uids: &mut crate::uid::index::UidIndex) {
         index.entries.extend(self.entries);
         index.end = self.end;
         index.len = self.len;

@@ -258,7 +258,7 @@ pub(crate) fn open_partition(
     // The hints of a clean close no longer describe the segment.
     remove_hints(&dir, base, &[CLOSED_IDX, CLOSED_UIDS])?;
     let file = Arc::new(file);
-    read.uids = crate::log::index::UidIndex::with_capacity(scan.uids.len());
+    read.uids = crate::uid::index::UidIndex::with_capacity(scan.uids.len());
     for (uid, offset) in std::mem::take(&mut scan.uids) {
         read.uids.push(uid, offset);
     }

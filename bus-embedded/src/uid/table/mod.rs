@@ -47,9 +47,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::log::index::UidIndex;
 use crate::log::segment::{self, LOG, UIDS};
 use crate::options::Options;
+use crate::uid::index::UidIndex;
 use crate::uid::keyed::Key;
 
 const MAGIC: &[u8; 4] = b"BUT2";
