@@ -47,7 +47,7 @@ impl Partition {
     pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), Poison> {
         // A sealed segment ends with its last frame: the zeros written
         // ahead go before its indexes are written.
-        crate::partition::trim_zeros(&self.dir, self.options.files.as_ref(), writer)
+        crate::partition::write::trim_zeros(&self.dir, self.options.files.as_ref(), writer)
             .map_err(|e| Poison::io("truncate", e))?;
         if writer.dirty {
             self.options
