@@ -40,7 +40,7 @@ impl EmbeddedBus {
             .topic
             .partition(one.partition)?
             .append_async(vec![one.record], one.auth)?;
-        crate::bus::one_ack(topic_name, one.partition, &answer.await?)
+        crate::publish::one_ack(topic_name, one.partition, &answer.await?)
     }
 
     /// `publish_batch`: validated as a whole first, then one request per

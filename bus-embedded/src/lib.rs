@@ -50,6 +50,7 @@ mod log;
 mod notifier;
 mod options;
 mod partition;
+mod publish;
 mod subscribe;
 mod topics;
 mod uid;
