@@ -343,8 +343,8 @@ impl EventBus for EmbeddedBus {
             .exclusive_open(true)
             .native_batch(true)
             .ack_durability(match self.inner.options.durability {
-                crate::Durability::Sync => bus_core::AckDurability::Disk,
-                crate::Durability::Interval(_) => bus_core::AckDurability::None,
+                Durability::Sync => bus_core::AckDurability::Disk,
+                Durability::Interval(_) => bus_core::AckDurability::None,
             })
     }
 
