@@ -99,7 +99,7 @@ pub(crate) fn decode_index(bytes: &[u8], base: u64, log_len: u64) -> Option<Segm
 }
 
 /// Encodes a UID list in the format written before UID tables (see
-/// `uidtable`), which are read from it once.
+/// `uid::table`), which are read from it once.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn encode_uids(base: u64, end: u64, uids: &[(String, u64)]) -> Vec<u8> {
     let mut out = Vec::new();

@@ -16,7 +16,7 @@ pub(crate) const IDX: &str = "idx";
 /// close (used by the next open only while they cover the whole segment).
 pub(crate) const CLOSED_IDX: &str = "cidx";
 pub(crate) const CLOSED_UIDS: &str = "cuids";
-/// Extension of a sealed segment's UID table (see `uidtable`; files of
+/// Extension of a sealed segment's UID table (see `uid::table`; files of
 /// the list format written before tables are read once and replaced).
 pub(crate) const UIDS: &str = "uids";
 

@@ -1,5 +1,5 @@
 //! How a partition finds the segments that may hold a UID: through its
-//! UID locator (`locator.rs`), loaded or built on first use and kept up to
+//! UID locator (`uid::locator`), loaded or built on first use and kept up to
 //! date as segments seal.
 
 use std::sync::Arc;

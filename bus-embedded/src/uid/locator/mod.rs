@@ -1,7 +1,7 @@
 //! The partition's UID locator: which sealed segments may hold a UID, in
 //! one lookup, however many segments the partition has (issue 15).
 //!
-//! Each sealed segment's UIDs are in its own on-disk table (`uidtable`).
+//! Each sealed segment's UIDs are in its own on-disk table (`uid::table`).
 //! Asking every segment's filter in turn cost one cache miss per segment
 //! per lookup (78 per partition at 10,000,000 records), on every dedup
 //! check of a batch too. The locator is one structure for the partition:
