@@ -50,20 +50,28 @@ struct Sleeper {
 /// and pops the oldest one. Every sleeper that is popped wakes the next
 /// older ones before it returns, so each ring reaches every sleeper that
 /// slept on an older generation: while one of them is still queued, a
-/// popped sleeper that has not yet passed the wake-up on exists.
+/// popped sleeper that has not yet passed the wake-up on exists. A ring
+/// that finds such a sleeper on its way (`waking`) leaves the wake-up to
+/// it: the sleeper leaves `waking` before it reads the generation, the
+/// ringer added to the generation before it read `waking`, so the sleeper
+/// sees the new generation and wakes every sleeper older than it.
 #[derive(Debug, Default)]
 struct Chime {
     generation: AtomicU64,
     /// The length of `queue`, read without its lock by a ringer; the ring
     /// skips the lock while it is zero.
     sleepers: AtomicUsize,
+    /// Sleepers popped that have not yet passed the wake-up on.
+    waking: AtomicUsize,
     queue: Mutex<VecDeque<Arc<Sleeper>>>,
 }
 
 impl Chime {
     fn ring(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
+        // A publisher that outruns the wake-up it started (the woken
+        // thread has not run yet) makes no further wake-up calls.
+        if self.sleepers.load(Ordering::SeqCst) > 0 && self.waking.load(Ordering::SeqCst) == 0 {
             self.wake_older(1);
         }
     }
@@ -86,6 +94,7 @@ impl Chime {
                     break;
                 };
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                self.waking.fetch_add(1, Ordering::SeqCst);
                 sleeper.popped.store(true, Ordering::SeqCst);
                 *slot = Some(sleeper.thread.clone());
             }
@@ -129,6 +138,10 @@ impl Chime {
                 return;
             }
         }
+        // Off the count first, then the generation is read (under the
+        // queue's lock): a ring that saw this sleeper counted and skipped
+        // its wake-up is seen here.
+        self.waking.fetch_sub(1, Ordering::SeqCst);
         self.wake_older(PASS_ON);
     }
 }
