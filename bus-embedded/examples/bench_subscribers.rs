@@ -89,16 +89,20 @@ fn publish(bus: &dyn EventBus, records: usize) -> (Instant, Duration, u64) {
     (start, start.elapsed(), thread_cpu_ns() - cpu)
 }
 
-/// (a): every subscriber receives every record on its own thread.
+/// (a): every subscriber receives every record on its own thread. A
+/// first record, before the clocks start, has every subscriber running
+/// and back in `recv` (woken threads, not threads still being created).
 fn receiving(bus: &dyn EventBus, subscribers: usize, records: usize) -> Row {
-    let ready = Arc::new(Barrier::new(subscribers + 1));
+    let (ready, warm) = std::sync::mpsc::channel();
     let threads: Vec<_> = (0..subscribers)
         .map(|_| {
             let mut sub = subscribe(bus);
-            let ready = Arc::clone(&ready);
+            let ready = ready.clone();
             std::thread::spawn(move || {
-                ready.wait();
+                let first = sub.recv_timeout(Duration::from_secs(120)).unwrap();
+                assert!(first.is_some_and(|item| item.event().is_some()));
                 let cpu = thread_cpu_ns();
+                ready.send(()).unwrap();
                 let mut got = 0;
                 while got < records {
                     match sub.recv_timeout(Duration::from_secs(120)).unwrap() {
@@ -111,7 +115,10 @@ fn receiving(bus: &dyn EventBus, subscribers: usize, records: usize) -> Row {
             })
         })
         .collect();
-    ready.wait();
+    bus.publish("t", "k", &json!({"warm-up": true})).unwrap();
+    for _ in 0..subscribers {
+        warm.recv_timeout(Duration::from_secs(120)).unwrap();
+    }
     let process = process_cpu_ns();
     let (start, published, pub_cpu) = publish(bus, records);
     let mut last = start + published;
