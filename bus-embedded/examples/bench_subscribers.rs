@@ -1,7 +1,7 @@
 //! Benchmark: what live subscribers cost the publisher (issue #26, item 8).
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example bench_subscribers -- [--scale F] [--dir DIR]
+//! cargo run --release -p bus-embedded --example bench_subscribers -- [--scale F] [--dir DIR] [--subs 0,16,256]
 //! ```
 //!
 //! For the memory bus and the embedded writer (`Durability::Interval(5)`
@@ -212,16 +212,27 @@ const CONFIGS: [(&str, usize); 3] = [
     ("embedded Interval(5)", 20_000),
     ("embedded Sync", 1_000),
 ];
+/// The subscriber counts measured unless `--subs` says otherwise (the
+/// first is the row the ratios compare with).
 const SUBSCRIBERS: [usize; 3] = [0, 16, 256];
 
 fn main() {
     let mut scale = 1.0f64;
     let mut dir: Option<PathBuf> = None;
+    let mut counts = SUBSCRIBERS.to_vec();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--scale" => scale = args.next().unwrap().parse().unwrap(),
             "--dir" => dir = Some(args.next().unwrap().into()),
+            "--subs" => {
+                counts = args
+                    .next()
+                    .unwrap()
+                    .split(',')
+                    .map(|n| n.parse().unwrap())
+                    .collect();
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -242,7 +253,7 @@ fn main() {
     let mut controls = Vec::new();
     for (index, (name, records)) in CONFIGS.into_iter().enumerate() {
         let records = ((records as f64 * scale) as usize).max(10);
-        for subscribers in SUBSCRIBERS {
+        for &subscribers in &counts {
             let bus = open(index, base.path(), &format!("{index}-{subscribers}-a"));
             let a = receiving(bus.as_ref(), subscribers, records);
             drop(bus);
@@ -271,10 +282,7 @@ fn main() {
         "ceiling/s"
     );
     let zero = |name: &str, pick: fn(&(&str, usize, usize, Row, Row)) -> Row| {
-        rows.iter()
-            .find(|row| row.0 == name && row.1 == 0)
-            .map(pick)
-            .unwrap()
+        rows.iter().find(|row| row.0 == name).map(pick).unwrap()
     };
     for (name, subs, records, a, _) in &rows {
         let z = zero(name, |row| row.3);
