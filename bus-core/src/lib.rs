@@ -18,6 +18,7 @@
 pub mod asynchronous;
 pub mod auth;
 mod bus;
+pub mod consumer;
 mod capabilities;
 mod error;
 mod event;
