@@ -45,6 +45,7 @@ mod asynchronous;
 mod broker;
 mod checkpoint;
 mod codec;
+mod consumer;
 mod fetch;
 mod frame;
 mod fsutil;
