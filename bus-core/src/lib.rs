@@ -18,8 +18,8 @@
 pub mod asynchronous;
 pub mod auth;
 mod bus;
-pub mod consumer;
 mod capabilities;
+pub mod consumer;
 mod error;
 mod event;
 #[cfg(feature = "connector")]

@@ -45,7 +45,9 @@ pub fn open_consumer(
             Err(BusError::UnknownTopic(_)) => {
                 return Err(BusError::invalid(
                     "dead_letter",
-                    format!("topic {dlq:?} is not provisioned; provision it before consuming (C22)"),
+                    format!(
+                        "topic {dlq:?} is not provisioned; provision it before consuming (C22)"
+                    ),
                 ));
             }
             Err(error) => return Err(error),

@@ -179,7 +179,10 @@ impl Consumer {
     /// Per partition, the first offset not acknowledged (in this instance,
     /// durable or not yet).
     pub fn cursor(&self) -> Vec<(u32, u64)> {
-        self.parts.iter().map(|(&p, part)| (p, part.acked.next())).collect()
+        self.parts
+            .iter()
+            .map(|(&p, part)| (p, part.acked.next()))
+            .collect()
     }
 
     /// The next delivery, waiting up to `timeout`; `Ok(None)` when none
@@ -495,8 +498,10 @@ impl Consumer {
     fn mark_acked(&mut self, partition: u32, start: u64, end: u64) {
         if let Some(part) = self.parts.get_mut(&partition) {
             part.acked.insert(start, end);
-            part.flights.retain(|&offset, _| offset < start || offset >= end);
-            part.earlier.retain(|&offset, _| offset < start || offset >= end);
+            part.flights
+                .retain(|&offset, _| offset < start || offset >= end);
+            part.earlier
+                .retain(|&offset, _| offset < start || offset >= end);
         }
         self.pending = self.pending.saturating_add(1);
         self.oldest_pending.get_or_insert_with(Instant::now);

@@ -72,7 +72,9 @@ impl CursorStore for MemoryCursorStore {
                     let left = deadline.map_or(wait, |at| at.saturating_duration_since(now));
                     if left.is_zero() {
                         return Err(BusError::timeout(
-                            format!("waiting for consumer {name:?} of topic {topic:?} to be released"),
+                            format!(
+                                "waiting for consumer {name:?} of topic {topic:?} to be released"
+                            ),
                             wait,
                         ));
                     }

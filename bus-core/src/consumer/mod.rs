@@ -52,8 +52,8 @@ pub use store::{
 
 use std::time::Duration;
 
-use crate::subscription::{Selector, StartAt};
 use crate::BusError;
+use crate::subscription::{Selector, StartAt};
 
 /// Per partition, where a durable consumer stands (C20).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +142,10 @@ pub fn validate_consumer_name(name: &str) -> Result<(), BusError> {
     crate::validate_topic_name(name).map_err(|invalid| {
         BusError::invalid(
             "consumer",
-            format!("{name:?}: {} (consumer names follow the topic-name rule)", invalid.0),
+            format!(
+                "{name:?}: {} (consumer names follow the topic-name rule)",
+                invalid.0
+            ),
         )
     })
 }

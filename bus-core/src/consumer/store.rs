@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::OwnerPolicy;
-use crate::subscription::Selector;
 use crate::BusError;
+use crate::subscription::Selector;
 
 /// A consumer's selector in a form the stores persist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +81,9 @@ pub struct OwnerToken {
 
 impl std::fmt::Debug for OwnerToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OwnerToken").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("OwnerToken")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 

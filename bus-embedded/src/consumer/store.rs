@@ -121,9 +121,7 @@ impl FileCursorStore {
     fn read(dir: &Path, name: &str) -> Result<Option<CursorState>, BusError> {
         let path = Self::cursor_path(dir, name);
         match std::fs::read(&path) {
-            Ok(bytes) => {
-                Ok(Some(CursorFile::decode(&path, &bytes)?.state))
-            }
+            Ok(bytes) => Ok(Some(CursorFile::decode(&path, &bytes)?.state)),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(error.into()),
         }
