@@ -247,16 +247,13 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
         .collect();
     let dead_set: BTreeSet<_> = dead.iter().copied().collect();
     eprintln!(
-        "{}",
-        format!(
-            "consumer kill -9: rounds {ROUNDS}, records {}, handled twice after a durable ack {}, \
+        "consumer kill -9: rounds {ROUNDS}, records {}, handled twice after a durable ack {}, \
          redelivered without an ack {}, dead-lettered {} (poisoned {})",
-            all.len(),
-            figures.handled_after_ack,
-            figures.redelivered_unacked,
-            dead.len(),
-            poisoned.len()
-        )
+        all.len(),
+        figures.handled_after_ack,
+        figures.redelivered_unacked,
+        dead.len(),
+        poisoned.len()
     );
     let unhandled: Vec<_> = all
         .iter()
