@@ -230,6 +230,34 @@ pub fn c21_a_crash_takes_back_only_acks_not_yet_durable(ctx: &mut ConsumerCtx) {
     assert_idle(&mut after);
 }
 
+pub fn c21_ack_interval_writes_pending_acks_while_recv_waits(ctx: &mut ConsumerCtx) {
+    let topic = ctx.simple_topic("interval", 1);
+    publish_n(ctx.bus(), &topic, 2);
+    let options = ConsumeOptions::default()
+        .ack_every(1_000)
+        .ack_interval(Duration::from_millis(100));
+    let mut consumer = open(ctx.bus(), &topic, "i", StartAt::Beginning, options);
+    let got = take(&mut consumer, 2);
+    consumer.ack(&got[0]).unwrap();
+    consumer.ack(&got[1]).unwrap();
+    let stored = |ctx: &ConsumerCtx| ctx.bus().consumers(&topic).unwrap()[0].partitions[0].cursor;
+    assert_eq!(stored(ctx), 0, "batched: not written yet");
+    // The interval write happens inside the waiting recv.
+    let deadline = Instant::now() + WAIT;
+    while stored(ctx) != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the interval write never happened"
+        );
+        assert!(
+            consumer
+                .recv_timeout(Duration::from_millis(50))
+                .unwrap()
+                .is_none()
+        );
+    }
+}
+
 pub fn c22_nack_dead_letters_with_metadata_then_acks(ctx: &mut ConsumerCtx) {
     let topic = ctx.simple_topic("poison", 1);
     let dlq = dead_letter_topic(ctx);

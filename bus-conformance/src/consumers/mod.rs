@@ -138,6 +138,7 @@ macro_rules! consumer_suite {
             c21_acked_records_are_never_delivered_again,
             c21_unacked_records_come_back_after_ack_wait_with_their_count,
             c21_a_crash_takes_back_only_acks_not_yet_durable,
+            c21_ack_interval_writes_pending_acks_while_recv_waits,
             c22_nack_dead_letters_with_metadata_then_acks,
             c22_max_deliver_dead_letters,
             c22_unprovisioned_dead_letter_topic_is_refused_naming_it,

@@ -204,8 +204,8 @@ impl Consumer {
 
     fn next_until(&mut self, deadline: Option<Instant>) -> Result<Option<Delivery>, BusError> {
         self.check_fenced()?;
-        self.flush_if_due()?;
         loop {
+            self.flush_if_due()?;
             let now = Instant::now();
             if let Some((partition, offset)) = self.due_flight(now) {
                 match self.redeliver(partition, offset)? {
@@ -213,10 +213,18 @@ impl Consumer {
                     None => continue,
                 }
             }
+            // Wake for the first delivery due again, and for an interval
+            // write of pending acks, whichever comes first.
+            let flush_at = self
+                .options
+                .ack_interval
+                .zip(self.oldest_pending)
+                .and_then(|(every, oldest)| oldest.checked_add(every));
             let wake = self
                 .parts
                 .values()
                 .flat_map(|part| part.flights.values().map(|flight| flight.due))
+                .chain(flush_at)
                 .min();
             let until = match (deadline, wake) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -35,7 +35,8 @@ pub struct ConsumeOptions {
     /// Write the cursor once this many acknowledgements are pending.
     pub ack_every: u32,
     /// Write the cursor once the oldest pending acknowledgement is this old
-    /// (checked on the consumer's next call: there is no timer thread).
+    /// (done inside the consumer's calls, `recv` waits included: there is
+    /// no timer thread, so a consumer nobody calls writes nothing).
     pub ack_interval: Option<Duration>,
     /// What to do when another live instance owns the consumer.
     pub owner: OwnerPolicy,
