@@ -185,6 +185,11 @@ impl Consumer {
             .collect()
     }
 
+    /// Whether the bus behind it is gone (nothing more will be delivered).
+    pub fn is_closed(&self) -> bool {
+        self.sub.is_closed()
+    }
+
     /// The next delivery, waiting up to `timeout`; `Ok(None)` when none
     /// came. A delivery due again after `ack_wait` comes before new records.
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Delivery>, BusError> {
@@ -326,6 +331,9 @@ impl Consumer {
             return Ok(None);
         }
         let count = earlier.saturating_add(1);
+        // The count goes out with the next cursor write (an ack, a flush,
+        // the drop); a delivery alone writes nothing.
+        self.dirty = true;
         if let Some(flight) = self
             .parts
             .get_mut(&partition)
@@ -355,6 +363,7 @@ impl Consumer {
         }
         flight.count = flight.count.saturating_add(1);
         let (event, count) = (flight.event.clone(), flight.count);
+        self.dirty = true;
         Ok(Some(self.delivery(&event, count)))
     }
 

@@ -41,6 +41,7 @@ mod engine;
 mod memory;
 mod options;
 mod store;
+mod stream;
 
 pub use admin::{delete_consumer, list_consumers, open_consumer, reset_consumer};
 pub use engine::{Consumer, Delivery};
@@ -49,6 +50,7 @@ pub use options::{ConsumeOptions, OwnerPolicy};
 pub use store::{
     CursorState, CursorStore, OwnerToken, PartitionState, StoredSelector, check_owner, fenced_error,
 };
+pub use stream::ConsumerStream;
 
 use std::time::Duration;
 
