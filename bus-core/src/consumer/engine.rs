@@ -3,7 +3,7 @@
 //! and dead-lettering, over an ordinary subscription and a backend's
 //! [`CursorStore`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,9 @@ pub struct Consumer {
     options: ConsumeOptions,
     selector: StoredSelector,
     parts: BTreeMap<u32, Part>,
+    /// Every flight by when it is due again, so finding the next one does
+    /// not walk every delivery in flight.
+    dues: BTreeSet<(Instant, u32, u64)>,
     pending: u32,
     oldest_pending: Option<Instant>,
     dirty: bool,
@@ -157,6 +160,7 @@ impl Consumer {
             options,
             selector: state.selector,
             parts: partitions.iter().map(|(&p, s)| (p, Part::new(s))).collect(),
+            dues: BTreeSet::new(),
             pending: 0,
             oldest_pending: None,
             dirty: is_new,
@@ -226,9 +230,10 @@ impl Consumer {
                 .zip(self.oldest_pending)
                 .and_then(|(every, oldest)| oldest.checked_add(every));
             let wake = self
-                .parts
-                .values()
-                .flat_map(|part| part.flights.values().map(|flight| flight.due))
+                .dues
+                .first()
+                .map(|&(due, _, _)| due)
+                .into_iter()
                 .chain(flush_at)
                 .min();
             let until = match (deadline, wake) {
@@ -283,12 +288,23 @@ impl Consumer {
     }
 
     fn due_flight(&self, now: Instant) -> Option<(u32, u64)> {
-        self.parts
-            .iter()
-            .flat_map(|(&p, part)| part.flights.iter().map(move |(&o, f)| (f.due, p, o)))
+        self.dues
+            .first()
             .filter(|(due, _, _)| *due <= now)
-            .min()
-            .map(|(_, p, o)| (p, o))
+            .map(|&(_, p, o)| (p, o))
+    }
+
+    /// Moves the flight at (partition, offset) to be due at `due`.
+    fn set_due(&mut self, partition: u32, offset: u64, due: Instant) {
+        if let Some(flight) = self
+            .parts
+            .get_mut(&partition)
+            .and_then(|part| part.flights.get_mut(&offset))
+        {
+            self.dues.remove(&(flight.due, partition, offset));
+            flight.due = due;
+            self.dues.insert((due, partition, offset));
+        }
     }
 
     fn delivery(&self, event: &StoredEvent, count: u32) -> Delivery {
@@ -326,6 +342,7 @@ impl Consumer {
                 due,
             },
         );
+        self.dues.insert((due, partition, offset));
         if self.options.max_deliver.is_some_and(|max| earlier >= max) {
             self.dead_letter(partition, offset, "max_deliver reached")?;
             return Ok(None);
@@ -345,8 +362,10 @@ impl Consumer {
     }
 
     fn redeliver(&mut self, partition: u32, offset: u64) -> Result<Option<Delivery>, BusError> {
-        let ack_wait = self.options.ack_wait;
         let max = self.options.max_deliver;
+        // Due again later whatever happens, so a failing dead-letter write
+        // is retried after ack_wait rather than in a tight loop.
+        self.set_due(partition, offset, Instant::now() + self.options.ack_wait);
         let Some(flight) = self
             .parts
             .get_mut(&partition)
@@ -354,9 +373,6 @@ impl Consumer {
         else {
             return Ok(None);
         };
-        // Due again later whatever happens, so a failing dead-letter write
-        // is retried after ack_wait rather than in a tight loop.
-        flight.due = Instant::now() + ack_wait;
         if max.is_some_and(|max| flight.count >= max) {
             self.dead_letter(partition, offset, "max_deliver reached")?;
             return Ok(None);
@@ -460,14 +476,14 @@ impl Consumer {
         if part.acked.contains(offset) {
             return Ok(());
         }
-        let Some(flight) = part.flights.get_mut(&offset) else {
+        if !part.flights.contains_key(&offset) {
             return Err(BusError::invalid(
                 "delivery",
                 format!("offset {offset} of partition {partition} was not delivered"),
             ));
-        };
+        }
         if self.options.dead_letter.is_none() {
-            flight.due = Instant::now();
+            self.set_due(partition, offset, Instant::now());
             return Ok(());
         }
         self.dead_letter(partition, offset, reason)
@@ -515,10 +531,19 @@ impl Consumer {
     fn mark_acked(&mut self, partition: u32, start: u64, end: u64) {
         if let Some(part) = self.parts.get_mut(&partition) {
             part.acked.insert(start, end);
-            part.flights
-                .retain(|&offset, _| offset < start || offset >= end);
-            part.earlier
-                .retain(|&offset, _| offset < start || offset >= end);
+            // Split out the flights in [start, end): no walk over the rest.
+            let mut acked = part.flights.split_off(&start);
+            let mut above = acked.split_off(&end);
+            part.flights.append(&mut above);
+            for (offset, flight) in acked {
+                self.dues.remove(&(flight.due, partition, offset));
+            }
+            if end == start.saturating_add(1) {
+                part.earlier.remove(&start);
+            } else {
+                part.earlier
+                    .retain(|&offset, _| offset < start || offset >= end);
+            }
         }
         self.pending = self.pending.saturating_add(1);
         self.oldest_pending.get_or_insert_with(Instant::now);
