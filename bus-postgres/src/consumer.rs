@@ -45,7 +45,7 @@ struct OwnerHold {
 }
 
 enum Acquired {
-    Got(u64, ClientWrapper, CursorState),
+    Got(u64, Box<ClientWrapper>, CursorState),
     Busy,
 }
 
@@ -172,12 +172,12 @@ impl CursorStore for PgCursorStore {
                 .await
                 .map_err(|e| pg("consumer acquire", &e))?;
                 tx.commit().await.map_err(|e| pg("consumer acquire", &e))?;
-                Ok(Acquired::Got(id, owner, state))
+                Ok(Acquired::Got(id, Box::new(owner), state))
             })?;
             match acquired {
                 Acquired::Got(id, client, state) => {
                     let hold = OwnerHold {
-                        client: Some(client),
+                        client: Some(*client),
                     };
                     return Ok((
                         OwnerToken {
