@@ -130,6 +130,54 @@ pub fn c20_restart_continues_after_the_acked_offset_per_partition(ctx: &mut Cons
     assert_idle(&mut again);
 }
 
+pub fn c20_key_consumer_resumes_past_other_keys(ctx: &mut ConsumerCtx) {
+    let topic = ctx.simple_topic("keyed", 2);
+    let mine = "agent-1";
+    let partition = partition_for(mine, 2);
+    let other = (0..)
+        .map(|i| format!("other-{i}"))
+        .find(|k| partition_for(k, 2) == partition)
+        .unwrap();
+    for n in 0..6 {
+        let key = if n % 2 == 0 { mine } else { other.as_str() };
+        ctx.bus().publish(&topic, key, &json!({"n": n})).unwrap();
+    }
+    let by_key = || {
+        ctx.bus()
+            .consume(
+                &topic,
+                "k",
+                Selector::Key(mine.to_owned()),
+                StartAt::Beginning,
+                ConsumeOptions::default(),
+            )
+            .unwrap()
+    };
+    let mut consumer = by_key();
+    let got = take(&mut consumer, 3);
+    assert!(got.iter().all(|d| d.event.key == mine));
+    for d in &got {
+        consumer.ack(d).unwrap();
+    }
+    assert_idle(&mut consumer);
+    drop(consumer);
+    // The other key's records count as passed: the cursor is at the head.
+    let info = ctx.bus().consumers(&topic).unwrap();
+    assert_eq!(info[0].selector, Selector::Key(mine.to_owned()));
+    assert_eq!(info[0].partitions.len(), 1);
+    assert_eq!(
+        (
+            info[0].partitions[0].cursor,
+            info[0].partitions[0].lag_records
+        ),
+        (6, 0)
+    );
+    let mut again = by_key();
+    assert_idle(&mut again);
+    ctx.bus().publish(&topic, mine, &json!({"n": 6})).unwrap();
+    assert_eq!(take(&mut again, 1)[0].event.value["n"], 6);
+}
+
 pub fn c21_acked_records_are_never_delivered_again(ctx: &mut ConsumerCtx) {
     let topic = ctx.simple_topic("acked", 1);
     publish_n(ctx.bus(), &topic, 10);

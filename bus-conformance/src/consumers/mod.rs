@@ -134,6 +134,7 @@ macro_rules! consumer_suite {
             c20_restart_continues_after_the_acked_offset_per_partition,
             c20_consumers_show_lag_in_records_and_time,
             c20_reset_and_delete,
+            c20_key_consumer_resumes_past_other_keys,
             c20_bad_input_is_refused_and_changes_nothing,
             c21_acked_records_are_never_delivered_again,
             c21_unacked_records_come_back_after_ack_wait_with_their_count,
