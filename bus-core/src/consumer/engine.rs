@@ -40,6 +40,16 @@ impl Delivery {
     }
 }
 
+/// When a delivery made now is due again: `ack_wait` from now, or as far
+/// as the clock goes for an `ack_wait` too large to add (no panic on
+/// overflow).
+fn due_after(ack_wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(ack_wait)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 #[derive(Debug)]
 struct Flight {
     event: StoredEvent,
@@ -333,7 +343,7 @@ impl Consumer {
             return Ok(None);
         }
         let earlier = part.earlier.remove(&offset).unwrap_or(0);
-        let due = Instant::now() + self.options.ack_wait;
+        let due = due_after(self.options.ack_wait);
         part.flights.insert(
             offset,
             Flight {
@@ -365,7 +375,7 @@ impl Consumer {
         let max = self.options.max_deliver;
         // Due again later whatever happens, so a failing dead-letter write
         // is retried after ack_wait rather than in a tight loop.
-        self.set_due(partition, offset, Instant::now() + self.options.ack_wait);
+        self.set_due(partition, offset, due_after(self.options.ack_wait));
         let Some(flight) = self
             .parts
             .get_mut(&partition)
