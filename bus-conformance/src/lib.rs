@@ -23,6 +23,7 @@ use bus_core::{BusError, Capabilities, EventBus, Manifest, TopicSpec};
 #[macro_use]
 pub mod cases;
 pub mod brokers;
+pub mod consumers;
 pub mod faults;
 mod harness;
 pub mod outage;

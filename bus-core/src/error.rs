@@ -196,6 +196,32 @@ pub enum BusError {
         /// The cargo feature that provides it.
         feature: String,
     },
+    /// A durable consumer instance lost ownership of its cursor (C23):
+    /// another instance took over, or the consumer was reset or deleted.
+    /// Its acknowledgement was refused and advanced nothing; open the
+    /// consumer again to go on.
+    #[error(
+        "consumer {consumer:?} of topic {topic:?} is fenced: {reason}; nothing was acknowledged (open the consumer again)"
+    )]
+    Fenced {
+        /// Topic concerned.
+        topic: String,
+        /// The consumer name.
+        consumer: String,
+        /// Why (taken over, reset, deleted).
+        reason: String,
+    },
+    /// Another live instance owns the durable consumer and the options
+    /// said to fail rather than wait or take over (C23).
+    #[error(
+        "consumer {consumer:?} of topic {topic:?} is owned by another live instance; stop it, or open with OwnerPolicy::Wait or OwnerPolicy::TakeOver"
+    )]
+    ConsumerBusy {
+        /// Topic concerned.
+        topic: String,
+        /// The consumer name.
+        consumer: String,
+    },
     /// Data on disk (or on the broker) cannot be recovered safely.
     #[error("corrupt data in {location} at offset {offset}: {reason}")]
     Corrupt {
@@ -369,6 +395,15 @@ mod tests {
                 offset: 0,
                 reason: text(),
             },
+            BusError::Fenced {
+                topic: text(),
+                consumer: text(),
+                reason: text(),
+            },
+            BusError::ConsumerBusy {
+                topic: text(),
+                consumer: text(),
+            },
         ]
     }
 
@@ -396,7 +431,9 @@ mod tests {
             | BusError::Poisoned { .. }
             | BusError::Unsupported { .. }
             | BusError::FeatureDisabled { .. }
-            | BusError::Corrupt { .. } => false,
+            | BusError::Corrupt { .. }
+            | BusError::Fenced { .. }
+            | BusError::ConsumerBusy { .. } => false,
         }
     }
 

@@ -19,6 +19,7 @@ pub mod asynchronous;
 pub mod auth;
 mod bus;
 mod capabilities;
+pub mod consumer;
 mod error;
 mod event;
 #[cfg(feature = "connector")]

@@ -67,6 +67,8 @@ struct Store {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Rung after every append, for live subscriptions.
     bells: DoorbellRegistry,
+    /// Durable consumers' cursors (C20), shared by every handle.
+    cursors: Arc<crate::consumer::MemoryCursorStore>,
 }
 
 #[derive(Debug)]
@@ -113,6 +115,22 @@ impl MemoryBus {
             store: Arc::clone(&self.store),
             auth: Arc::default(),
             owned: Some(Mutex::default()),
+        }
+    }
+
+    /// The cursor store of durable consumers, shared by every handle on
+    /// this store (`consumer::memory`).
+    pub(crate) fn cursor_store(&self) -> Arc<crate::consumer::MemoryCursorStore> {
+        Arc::clone(&self.store.cursors)
+    }
+
+    /// A handle with this one's control key that closes nothing when
+    /// dropped: what a consumer writes dead letters through.
+    pub(crate) fn internal_handle(&self) -> Self {
+        Self {
+            store: Arc::clone(&self.store),
+            auth: Arc::clone(&self.auth),
+            owned: None,
         }
     }
 

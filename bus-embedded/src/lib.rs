@@ -42,6 +42,7 @@
 #[cfg(feature = "async")]
 mod asynchronous;
 mod bus;
+mod consumer;
 mod fsutil;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -28,6 +28,7 @@
 #[cfg(feature = "async")]
 mod asynchronous;
 mod bus;
+mod consumer;
 mod errors;
 mod fetch;
 mod inner;

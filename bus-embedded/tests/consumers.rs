@@ -1,0 +1,32 @@
+//! The durable-consumer cases (C20–C23) on the embedded log: each case owns
+//! a temp directory; a restart closes the bus and opens the directory again.
+
+use bus_conformance::Unavailable;
+use bus_conformance::consumers::{ConsumerBus, ConsumerHarness, ConsumerNamespace};
+use bus_core::BusError;
+use bus_embedded::EmbeddedBus;
+
+struct Embedded;
+
+struct EmbeddedNamespace {
+    dir: tempfile::TempDir,
+}
+
+impl ConsumerHarness for Embedded {
+    fn backend(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn namespace(&self) -> Result<Box<dyn ConsumerNamespace>, Unavailable> {
+        let dir = tempfile::tempdir().map_err(|e| Unavailable(format!("temp dir: {e}")))?;
+        Ok(Box::new(EmbeddedNamespace { dir }))
+    }
+}
+
+impl ConsumerNamespace for EmbeddedNamespace {
+    fn open(&mut self) -> Result<Box<dyn ConsumerBus>, BusError> {
+        Ok(Box::new(EmbeddedBus::open(self.dir.path())?))
+    }
+}
+
+bus_conformance::consumer_suite!(Embedded);
