@@ -4,7 +4,7 @@
 
 use crate::sync::read;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::auth::{RecordAuth, RecordParts};
 use crate::subscription::{Doorbell, Plan};
@@ -72,7 +72,9 @@ struct Store {
 #[derive(Debug)]
 struct Topic {
     spec: TopicSpec,
-    partitions: Vec<Mutex<Partition>>,
+    /// Read-locked by fetches (live subscriptions among them), so readers
+    /// do not queue behind each other, only behind an append.
+    partitions: Vec<RwLock<Partition>>,
 }
 
 #[derive(Debug, Default)]
@@ -93,6 +95,10 @@ struct Record {
     value: Vec<u8>,
     stored_at: u64,
     tag: Option<Vec<u8>>,
+    /// `value` decoded by the first read, shared by the later ones: with
+    /// 256 subscribers a record is parsed once, not 256 times. `None`:
+    /// not JSON (a raw injected record), an integrity error for every read.
+    decoded: OnceLock<Option<serde_json::Value>>,
 }
 
 impl MemoryBus {
@@ -113,7 +119,7 @@ impl MemoryBus {
     /// Appends `raw` to a partition without signing or checking it.
     pub fn inject_raw(&self, topic: &str, partition: u32, raw: RawRecord) -> Result<u64, BusError> {
         let topic = self.store.topic(topic)?;
-        let mut log = topic.partition(partition)?;
+        let mut log = topic.partition_mut(partition)?;
         let offset = log.next_offset;
         log.push(
             Record {
@@ -123,6 +129,7 @@ impl MemoryBus {
                 value: raw.value,
                 stored_at: now_ms(),
                 tag: raw.tag,
+                decoded: OnceLock::new(),
             },
             false,
         );
@@ -154,7 +161,7 @@ impl MemoryBus {
             tag,
             ..
         } = prepare_record(&topic.spec, key, value, uid, auth.as_ref())?;
-        let mut log = topic.partition(partition)?;
+        let mut log = topic.partition_mut(partition)?;
         let ack = |offset| PublishAck {
             topic: topic_name.to_owned(),
             partition,
@@ -177,6 +184,7 @@ impl MemoryBus {
                 value: bytes,
                 stored_at: now_ms(),
                 tag,
+                decoded: OnceLock::new(),
             },
             true,
         );
@@ -197,12 +205,21 @@ impl Store {
 }
 
 impl Topic {
-    fn partition(&self, partition: u32) -> Result<MutexGuard<'_, Partition>, BusError> {
+    fn slot(&self, partition: u32) -> Result<&RwLock<Partition>, BusError> {
         check_partition(&self.spec.name, partition, self.spec.partitions)?;
-        let slot = &self.partitions[partition as usize];
-        Ok(slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner))
+        self.partitions
+            .get(partition as usize)
+            .ok_or_else(|| BusError::invalid("partition", "out of range"))
+    }
+
+    /// The partition, for a read.
+    fn partition(&self, partition: u32) -> Result<RwLockReadGuard<'_, Partition>, BusError> {
+        Ok(read(self.slot(partition)?))
+    }
+
+    /// The partition, for an append or an expiry.
+    fn partition_mut(&self, partition: u32) -> Result<RwLockWriteGuard<'_, Partition>, BusError> {
+        Ok(crate::sync::write(self.slot(partition)?))
     }
 }
 
@@ -301,7 +318,11 @@ impl EventBus for MemoryBus {
             let log = topic.partition(partition)?;
             let start = offset.max(log.first_offset());
             let skip = usize::try_from(start - log.first_offset()).unwrap_or(usize::MAX);
-            log.records.iter().skip(skip).take(max).cloned().collect()
+            log.records
+                .range(skip.min(log.records.len())..)
+                .take(max)
+                .cloned()
+                .collect()
         };
         let auth = self.auth();
         records
@@ -324,8 +345,11 @@ impl EventBus for MemoryBus {
                     auth.check(parts, record.tag.as_deref())
                         .map_err(|fault| integrity(fault.reason()))?;
                 }
-                let value = serde_json::from_slice(&record.value)
-                    .map_err(|_| integrity("value is not valid JSON"))?;
+                let value = record
+                    .decoded
+                    .get_or_init(|| serde_json::from_slice(&record.value).ok())
+                    .clone()
+                    .ok_or_else(|| integrity("value is not valid JSON"))?;
                 Ok(StoredEvent {
                     partition,
                     offset: record.offset,
@@ -355,7 +379,7 @@ impl EventBus for MemoryBus {
             };
             let cutoff = now_ms.saturating_sub(retention);
             for partition in 0..topic.spec.partitions {
-                let mut log = topic.partition(partition)?;
+                let mut log = topic.partition_mut(partition)?;
                 while log
                     .records
                     .front()
@@ -390,7 +414,7 @@ impl EventBus for MemoryBus {
             topics.entry(spec.name.clone()).or_insert_with(|| {
                 Arc::new(Topic {
                     spec: spec.clone(),
-                    partitions: (0..spec.partitions).map(|_| Mutex::default()).collect(),
+                    partitions: (0..spec.partitions).map(|_| RwLock::default()).collect(),
                 })
             });
         }

@@ -14,7 +14,7 @@ use bus_core::{
     StartAt, SubscribeOptions, SubscriptionStream,
 };
 
-use crate::EmbeddedBus;
+use crate::bus::EmbeddedBus;
 
 impl EmbeddedBus {
     /// Runs `work` on a handle of this bus on the runtime's blocking pool.
@@ -40,7 +40,7 @@ impl EmbeddedBus {
             .topic
             .partition(one.partition)?
             .append_async(vec![one.record], one.auth)?;
-        crate::broker::one_ack(topic_name, one.partition, &answer.await?)
+        crate::publish::one_ack(topic_name, one.partition, &answer.await?)
     }
 
     /// `publish_batch`: validated as a whole first, then one request per

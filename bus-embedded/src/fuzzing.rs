@@ -6,10 +6,11 @@
 
 use std::fs::File;
 
-use crate::frame::{self, NewRecord, PREFIX};
-use crate::index::{self, SegmentIndex, UidIndex};
-use crate::segment;
-use crate::uidmap::UidMap;
+use crate::log::frame::{self, NewRecord, PREFIX};
+use crate::log::index::{self, SegmentIndex};
+use crate::log::segment;
+use crate::uid::index::UidIndex;
+use crate::uid::map::UidMap;
 use bus_core::BusError;
 
 /// A record to encode into a frame.
@@ -107,7 +108,7 @@ pub fn encode_frame_compressed(
     let records = new_records(records);
     let refs: Vec<&NewRecord> = records.iter().collect();
     let mut out = Vec::new();
-    let mut encoder = crate::codec::Encoder::new(compression);
+    let mut encoder = crate::log::codec::Encoder::new(compression);
     if !frame::encode_compressed_into(
         &mut out,
         continued,
@@ -366,19 +367,25 @@ pub fn encode_uid_table(
     log_len: u64,
     uids: &[(String, u64)],
 ) -> Option<Vec<u8>> {
-    crate::uidtable::encode(crate::keyed::Key(key.0, key.1), base, end, log_len, uids)
+    crate::uid::table::encode(
+        crate::uid::keyed::Key(key.0, key.1),
+        base,
+        end,
+        log_len,
+        uids,
+    )
 }
 
 /// A loaded UID table (see `uidtable::Table`).
 #[derive(Debug)]
-pub struct FuzzUidTable(crate::uidtable::Table);
+pub struct FuzzUidTable(crate::uid::table::Table);
 
 impl FuzzUidTable {
     /// Loads the table in `file` for the segment `base..end` of `log_len`
     /// bytes; `None` when its header is refused (the filter is checked when
     /// first used).
     pub fn load(file: File, base: u64, end: u64, log_len: u64) -> Option<Self> {
-        crate::uidtable::Table::load(file, base, end, log_len)
+        crate::uid::table::Table::load(file, base, end, log_len)
             .ok()
             .map(Self)
     }

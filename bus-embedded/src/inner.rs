@@ -12,7 +12,7 @@ use bus_core::{BusError, validate_topic};
 
 use crate::options::Options;
 use crate::partition::Partition;
-use crate::topic::{self, Topic};
+use crate::topics::{self, Topic};
 use crate::watch::Watches;
 
 /// What the bus, its flusher and its subscriptions' feeds share.
@@ -62,7 +62,7 @@ impl Inner {
     /// Opens the topics provisioned since the last look (read-only opens;
     /// a directory without topics yet has none).
     pub(crate) fn discover(&self) -> Result<(), BusError> {
-        let specs = match topic::list(&self.topics_dir) {
+        let specs = match topics::list(&self.topics_dir) {
             Ok(specs) => specs,
             Err(BusError::Io(error)) if error.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(());
@@ -82,7 +82,7 @@ impl Inner {
                 continue;
             }
             let name = spec.name.clone();
-            let opened = Arc::new(topic::open(&self.topics_dir, spec, &self.options)?);
+            let opened = Arc::new(topics::open(&self.topics_dir, spec, &self.options)?);
             write(&self.topics).entry(name).or_insert(opened);
         }
         Ok(())

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use bus_core::BusError;
 
-use crate::EmbeddedBus;
-use crate::frame::NewRecord;
+use crate::bus::EmbeddedBus;
+use crate::log::frame::NewRecord;
 
 pub use crate::options::FileLayer;
 
@@ -38,12 +38,12 @@ pub fn append_raw_record(
 /// The directory of `topic`/`partition` under the data directory `dir`.
 pub fn partition_dir(dir: &Path, topic: &str, partition: u32) -> std::path::PathBuf {
     dir.join("topics")
-        .join(crate::topic::dir_name(topic))
+        .join(crate::topics::dir_name(topic))
         .join(format!("p{partition:04}"))
 }
 
 /// The recovery-point file of `topic`/`partition` under the data directory
 /// `dir` (tests restore an older one to stand for a crash before close).
 pub fn recovery_point_path(dir: &Path, topic: &str, partition: u32) -> std::path::PathBuf {
-    crate::checkpoint::path(&partition_dir(dir, topic, partition))
+    crate::log::checkpoint::path(&partition_dir(dir, topic, partition))
 }

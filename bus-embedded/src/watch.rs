@@ -20,8 +20,8 @@ use bus_core::sync::{lock, read, write};
 use notify::event::{EventKind, ModifyKind};
 use notify::{Event, RecommendedWatcher, RecursiveMode, Watcher};
 
-use crate::acked;
 use crate::notifier::Notifier;
+use crate::partition::acked;
 
 /// The watcher of one read-only open, shared by its subscriptions.
 pub(crate) struct Watches {

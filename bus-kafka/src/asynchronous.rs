@@ -27,7 +27,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use crate::client::{Delivery, Reply, Ticket, map_error, timed_out};
 use crate::publish::{Prepared, prepare_all, to_record};
 use crate::registry::Entry;
-use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, provision};
+use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, topics};
 use bus_core::sync::lock;
 
 impl KafkaBus {
@@ -247,7 +247,7 @@ impl AsyncEventBus for KafkaBus {
         Box::pin(self.blocking_async("provision", move |bus| {
             manifest.validate()?;
             let deadline = bus.deadline();
-            provision::provision(&bus.core, &manifest, deadline)
+            topics::provision(&bus.core, &manifest, deadline)
         }))
     }
 

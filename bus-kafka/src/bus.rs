@@ -8,7 +8,7 @@ use bus_core::{
     uid_partition,
 };
 
-use crate::{KafkaBus, fetch, provision};
+use crate::{KafkaBus, fetch, topics};
 use bus_core::sync::lock;
 
 impl EventBus for KafkaBus {
@@ -146,7 +146,7 @@ impl EventBus for KafkaBus {
         manifest.validate()?;
         let manifest = manifest.clone();
         self.blocking("provision", move |core, deadline| {
-            provision::provision(core, &manifest, deadline)
+            topics::provision(core, &manifest, deadline)
         })
     }
 

@@ -19,13 +19,13 @@ mod fetch;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod options;
-mod provision;
 mod publish;
 mod reader;
 mod registry;
 #[cfg(test)]
 mod settings_check;
 mod subscribe;
+mod topics;
 mod waker;
 
 pub use client::kafka_topic_name;
@@ -181,7 +181,7 @@ impl KafkaBus {
     pub fn delete_topics(&self, names: &[String]) -> Result<(), BusError> {
         let names = names.to_vec();
         self.blocking("deleting topics", move |core, deadline| {
-            provision::delete_topics(core, &names, deadline)
+            topics::delete_topics(core, &names, deadline)
         })
     }
 
@@ -237,11 +237,11 @@ fn cluster_facts(
     admin: &AdminClient<DefaultClientContext>,
     deadline: Instant,
 ) -> Result<(bool, usize), BusError> {
-    provision::ensure_manifest_topic(options, admin, deadline)?;
+    topics::ensure_manifest_topic(options, admin, deadline)?;
     // Best effort: without the answer, retention is not promised.
     let retention =
-        provision::broker_checks_retention_promptly(options, admin, deadline).unwrap_or(false);
-    let brokers = provision::broker_count(options, admin, deadline).unwrap_or(0);
+        topics::broker_checks_retention_promptly(options, admin, deadline).unwrap_or(false);
+    let brokers = topics::broker_count(options, admin, deadline).unwrap_or(0);
     Ok((retention, brokers))
 }
 

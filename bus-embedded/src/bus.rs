@@ -15,14 +15,13 @@ use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    prepare_record, uid_partition,
+    uid_partition,
 };
 
-use crate::frame::NewRecord;
 use crate::fsutil;
 use crate::inner::Inner;
 use crate::options::{Durability, Options};
-use crate::topic::{self, Topic};
+use crate::topics::{self, Topic};
 use crate::watch::Watches;
 
 /// The embedded, durable event bus: a segmented, checksummed log per
@@ -44,10 +43,6 @@ pub struct EmbeddedBus {
     /// blocking pool: dropping one closes nothing.
     primary: bool,
 }
-
-/// A batch's records by partition: their positions in the batch and the
-/// framed records, in batch order.
-pub(crate) type BatchGroups = BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)>;
 
 #[derive(Debug)]
 struct Flusher {
@@ -113,9 +108,9 @@ impl EmbeddedBus {
         fsutil::create_dir(&topics_dir)?;
         fsutil::sync_dir(&root)?;
         let mut topics = BTreeMap::new();
-        for spec in topic::list(&topics_dir)? {
+        for spec in topics::list(&topics_dir)? {
             let name = spec.name.clone();
-            topics.insert(name, Arc::new(topic::open(&topics_dir, spec, &options)?));
+            topics.insert(name, Arc::new(topics::open(&topics_dir, spec, &options)?));
         }
         let inner = Arc::new(Inner {
             root,
@@ -162,22 +157,6 @@ impl EmbeddedBus {
         })
     }
 
-    /// Appends a record as given, unsigned and unchecked (test hook for C14).
-    pub(crate) fn append_raw(
-        &self,
-        topic: &str,
-        partition: u32,
-        record: NewRecord,
-    ) -> Result<u64, BusError> {
-        self.inner.writable("append")?;
-        let topic = self.inner.topic(topic)?;
-        let offsets = topic.partition(partition)?.append_foreign(vec![record])?;
-        offsets
-            .first()
-            .copied()
-            .ok_or_else(|| BusError::backend("embedded", "raw append stored nothing"))
-    }
-
     /// Another handle on the same open bus, for work moved off the
     /// caller's thread; dropping it closes nothing.
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
@@ -188,118 +167,6 @@ impl EmbeddedBus {
             primary: false,
         }
     }
-
-    /// A batch's records checked and framed, grouped by partition with
-    /// their positions in the batch (a bad record fails the whole batch).
-    pub(crate) fn group_batch(
-        &self,
-        topic: &Topic,
-        records: &[BatchRecord],
-        auth: Option<&RecordAuth>,
-    ) -> Result<BatchGroups, BusError> {
-        let mut groups = BatchGroups::new();
-        for (i, record) in records.iter().enumerate() {
-            let (partition, new) = self.record(
-                topic,
-                &record.key,
-                &record.value,
-                record.uid.as_deref(),
-                auth,
-            )?;
-            let group = groups.entry(partition).or_default();
-            group.0.push(i);
-            group.1.push(new);
-        }
-        Ok(groups)
-    }
-
-    pub(crate) fn record(
-        &self,
-        topic: &Topic,
-        key: &str,
-        value: &serde_json::Value,
-        uid: Option<&str>,
-        auth: Option<&RecordAuth>,
-    ) -> Result<(u32, NewRecord), BusError> {
-        let record = prepare_record(&topic.spec, key, value, uid, auth)?;
-        let (partition, uid, bytes) = (record.partition, record.uid, record.value);
-        let tag = record.tag.map(|tag| tag.to_vec());
-        Ok((
-            partition,
-            NewRecord {
-                key: key.to_owned(),
-                uid: uid.map(str::to_owned),
-                tag,
-                value: bytes,
-            },
-        ))
-    }
-
-    /// The checks and preparation of a one-record publish (sync or async):
-    /// the bus is writable, the topic exists, the record is valid; its
-    /// partition picked and its tag computed.
-    pub(crate) fn one_record(
-        &self,
-        topic_name: &str,
-        key: &str,
-        value: &serde_json::Value,
-        uid: Option<&str>,
-    ) -> Result<OneRecord, BusError> {
-        self.inner.writable(if uid.is_some() {
-            "publish_idempotent"
-        } else {
-            "publish"
-        })?;
-        let topic = self.inner.topic(topic_name)?;
-        let auth = self.inner.auth();
-        let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
-        Ok(OneRecord {
-            topic,
-            partition,
-            record,
-            auth,
-        })
-    }
-
-    fn publish_one(
-        &self,
-        topic_name: &str,
-        key: &str,
-        value: &serde_json::Value,
-        uid: Option<&str>,
-    ) -> Result<PublishAck, BusError> {
-        let one = self.one_record(topic_name, key, value, uid)?;
-        let offsets = one
-            .topic
-            .partition(one.partition)?
-            .append(vec![one.record], one.auth)?;
-        one_ack(topic_name, one.partition, &offsets)
-    }
-}
-
-/// A checked record of a one-record publish and where it goes.
-pub(crate) struct OneRecord {
-    pub topic: Arc<Topic>,
-    pub partition: u32,
-    pub record: NewRecord,
-    pub auth: Option<RecordAuth>,
-}
-
-/// The ack of a one-record publish that stored `offsets`.
-pub(crate) fn one_ack(
-    topic: &str,
-    partition: u32,
-    offsets: &[u64],
-) -> Result<PublishAck, BusError> {
-    let offset = offsets
-        .first()
-        .copied()
-        .ok_or_else(|| BusError::backend("embedded", "publish stored nothing"))?;
-    Ok(PublishAck {
-        topic: topic.to_owned(),
-        partition,
-        offset,
-    })
 }
 
 impl Flusher {
@@ -461,8 +328,8 @@ impl EventBus for EmbeddedBus {
                 continue;
             }
             self.inner.writable("provision")?;
-            topic::create(&self.inner.topics_dir, spec)?;
-            let opened = topic::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
+            topics::create(&self.inner.topics_dir, spec)?;
+            let opened = topics::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
             topics.insert(spec.name.clone(), Arc::new(opened));
         }
         Ok(())
@@ -476,8 +343,8 @@ impl EventBus for EmbeddedBus {
             .exclusive_open(true)
             .native_batch(true)
             .ack_durability(match self.inner.options.durability {
-                crate::Durability::Sync => bus_core::AckDurability::Disk,
-                crate::Durability::Interval(_) => bus_core::AckDurability::None,
+                Durability::Sync => bus_core::AckDurability::Disk,
+                Durability::Interval(_) => bus_core::AckDurability::None,
             })
     }
 

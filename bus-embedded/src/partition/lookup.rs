@@ -1,5 +1,5 @@
 //! How a partition finds the segments that may hold a UID: through its
-//! UID locator (`locator.rs`), loaded or built on first use and kept up to
+//! UID locator (`uid::locator`), loaded or built on first use and kept up to
 //! date as segments seal.
 
 use std::sync::Arc;
@@ -7,9 +7,9 @@ use std::sync::Arc;
 use bus_core::BusError;
 use bus_core::sync::lock;
 
-use crate::locator::{CATCH_UP, FILE, Locator, Merged, SLOTS, SegmentId, Unfit};
 use crate::partition::{Partition, SegmentMeta};
-use crate::uidtable::SealedUids;
+use crate::uid::locator::{CATCH_UP, FILE, Locator, Merged, SLOTS, SegmentId, Unfit};
+use crate::uid::table::SealedUids;
 
 pub(crate) fn id_of(segment: &SegmentMeta) -> SegmentId {
     SegmentId {

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use bus_core::auth::{RecordAuth, RecordParts, TagFault};
 use bus_core::{BusError, StoredEvent};
 
-use crate::frame::RecordRef;
+use crate::log::frame::RecordRef;
+use crate::log::segment::{self, FrameReader, ReadBuffers};
 use crate::partition::Partition;
-use crate::segment::{self, FrameReader, ReadBuffers};
 use bus_core::sync::lock;
 
 thread_local! {
@@ -44,7 +44,9 @@ impl Partition {
         let locator = self.locator()?;
         let Some(auth) = auth else {
             let read = self.reader();
-            for (i, filtered) in crate::lookup::probes(&read.segments, locator.as_deref(), uid) {
+            for (i, filtered) in
+                crate::partition::lookup::probes(&read.segments, locator.as_deref(), uid)
+            {
                 if let Some(uids) = &read.segments[i].uids
                     && let Some(&first) = uids.get(uid, filtered)?.first()
                 {
@@ -56,7 +58,9 @@ impl Partition {
         let candidates = {
             let read = self.reader();
             let mut all = Vec::new();
-            for (i, filtered) in crate::lookup::probes(&read.segments, locator.as_deref(), uid) {
+            for (i, filtered) in
+                crate::partition::lookup::probes(&read.segments, locator.as_deref(), uid)
+            {
                 if let Some(uids) = &read.segments[i].uids {
                     all.extend(uids.get(uid, filtered)?);
                 }

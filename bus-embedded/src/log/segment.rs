@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::frame::{self, Fault, Frame, PREFIX};
+use crate::log::frame::{self, Fault, Frame, PREFIX};
 
 /// Extension of segment files; the stem is the base offset, 20 digits, so
 /// the file name persists the offset sequence even when the segment is empty.
@@ -16,7 +16,7 @@ pub(crate) const IDX: &str = "idx";
 /// close (used by the next open only while they cover the whole segment).
 pub(crate) const CLOSED_IDX: &str = "cidx";
 pub(crate) const CLOSED_UIDS: &str = "cuids";
-/// Extension of a sealed segment's UID table (see `uidtable`; files of
+/// Extension of a sealed segment's UID table (see `uid::table`; files of
 /// the list format written before tables are read once and replaced).
 pub(crate) const UIDS: &str = "uids";
 

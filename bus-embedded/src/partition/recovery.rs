@@ -10,13 +10,13 @@ use std::sync::Arc;
 
 use bus_core::BusError;
 
-use crate::checkpoint::{self, RecoveryPoint};
 use crate::fsutil;
-use crate::index::{self, SegmentIndex};
+use crate::log::checkpoint::{self, RecoveryPoint};
+use crate::log::index::{self, SegmentIndex};
+use crate::log::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, Scan, UIDS};
 use crate::options::Options;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
-use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, Scan, UIDS};
-use crate::uidtable::SealedUids;
+use crate::uid::table::SealedUids;
 
 fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> BusError {
     BusError::Corrupt {
@@ -122,7 +122,7 @@ pub(crate) fn open_partition(
             dirty: false,
             allocated: known.len,
             recovery_point: point,
-            encoder: crate::codec::Encoder::new(bus_core::Compression::None),
+            encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),
         };
         if let Some(active) = read.segments.last_mut() {
             active.index = index;
@@ -258,7 +258,7 @@ pub(crate) fn open_partition(
     // The hints of a clean close no longer describe the segment.
     remove_hints(&dir, base, &[CLOSED_IDX, CLOSED_UIDS])?;
     let file = Arc::new(file);
-    read.uids = crate::index::UidIndex::with_capacity(scan.uids.len());
+    read.uids = crate::uid::index::UidIndex::with_capacity(scan.uids.len());
     for (uid, offset) in std::mem::take(&mut scan.uids) {
         read.uids.push(uid, offset);
     }
@@ -274,7 +274,7 @@ pub(crate) fn open_partition(
         dirty: false,
         allocated: scan.valid_len,
         recovery_point: Some(recovered),
-        encoder: crate::codec::Encoder::new(bus_core::Compression::None),
+        encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),
     };
     if let Some(active) = read.segments.last_mut() {
         active.index = index_of(&scan);

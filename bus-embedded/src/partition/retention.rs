@@ -6,12 +6,12 @@ use std::sync::Arc;
 use bus_core::BusError;
 
 use crate::fsutil;
-use crate::index::{self, SegmentIndex};
+use crate::log::index::{self, SegmentIndex};
+use crate::log::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, UIDS};
+use crate::partition::poison::Poison;
+use crate::partition::recovery::create_segment;
 use crate::partition::{Partition, SegmentMeta, WriterState};
-use crate::poison::Poison;
-use crate::recovery::create_segment;
-use crate::segment::{self, CLOSED_IDX, CLOSED_UIDS, IDX, LOG, UIDS};
-use crate::uidtable::SealedUids;
+use crate::uid::table::SealedUids;
 use bus_core::sync::lock;
 
 impl Partition {
@@ -47,7 +47,7 @@ impl Partition {
     pub(crate) fn roll(&self, writer: &mut WriterState) -> Result<(), Poison> {
         // A sealed segment ends with its last frame: the zeros written
         // ahead go before its indexes are written.
-        crate::partition::trim_zeros(&self.dir, self.options.files.as_ref(), writer)
+        crate::partition::write::trim_zeros(&self.dir, self.options.files.as_ref(), writer)
             .map_err(|e| Poison::io("truncate", e))?;
         if writer.dirty {
             self.options
@@ -71,7 +71,7 @@ impl Partition {
         let list = writer
             .active_list(&self.reader().uids)
             .map_err(|e| Poison::bus(&format!("sealing segment {base}"), e))?;
-        let id = crate::locator::SegmentId {
+        let id = crate::uid::locator::SegmentId {
             base,
             end: sealed.end,
             log_len: sealed.len,

@@ -9,7 +9,7 @@ use bus_core::{BusError, TopicSpec};
 use crate::fsutil;
 use crate::options::Options;
 use crate::partition::Partition;
-use crate::recovery::open_partition;
+use crate::partition::recovery::open_partition;
 
 /// The topic's spec, written last when provisioning, so a topic directory
 /// without it is an interrupted provisioning and is ignored.
@@ -50,8 +50,8 @@ pub(crate) fn create(topics_dir: &Path, spec: &TopicSpec) -> Result<(), BusError
     for partition in 0..spec.partitions {
         let pdir = partition_dir(&dir, partition);
         fsutil::create_dir(&pdir)?;
-        if crate::segment::list(&pdir)?.is_empty() {
-            crate::recovery::create_segment(&pdir, 0)?;
+        if crate::log::segment::list(&pdir)?.is_empty() {
+            crate::partition::recovery::create_segment(&pdir, 0)?;
         }
     }
     fsutil::sync_dir(&dir)?;
@@ -77,7 +77,12 @@ pub(crate) fn open(
     let partitions = (0..spec.partitions)
         .map(|p| {
             if options.read_only {
-                crate::readonly::open_partition(&spec.name, p, partition_dir(&dir, p), options)
+                crate::partition::readonly::open_partition(
+                    &spec.name,
+                    p,
+                    partition_dir(&dir, p),
+                    options,
+                )
             } else {
                 let partition = open_partition(&spec.name, p, partition_dir(&dir, p), options)?;
                 partition.set_compression(spec.compression);

@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use bus_core::BusError;
 
-use crate::acked::{AckedEnd, Limit};
-use crate::index::{self, SegmentIndex};
+use crate::log::index::{self, SegmentIndex};
+use crate::log::segment::{self, FrameReader, IDX, LOG, UIDS};
 use crate::options::Options;
+use crate::partition::acked::{AckedEnd, Limit};
+use crate::partition::poison::Poison;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
-use crate::poison::Poison;
-use crate::segment::{self, FrameReader, IDX, LOG, UIDS};
-use crate::uidtable::Table;
+use crate::uid::table::Table;
 use bus_core::sync::lock;
 
 /// Why a read-only partition's writer state refuses every append.
@@ -46,7 +46,7 @@ pub(crate) fn open_partition(
         dirty: false,
         allocated: 0,
         recovery_point: None,
-        encoder: crate::codec::Encoder::new(bus_core::Compression::None),
+        encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),
     };
     let partition = Partition::new(
         topic.to_owned(),
@@ -72,7 +72,7 @@ struct Tail {
 }
 
 impl Tail {
-    fn apply(self, index: &mut SegmentIndex, uids: &mut crate::index::UidIndex) {
+    fn apply(self, index: &mut SegmentIndex, uids: &mut crate::uid::index::UidIndex) {
         index.entries.extend(self.entries);
         index.end = self.end;
         index.len = self.len;
@@ -203,7 +203,7 @@ fn read_tail(
             }
             _ => return Ok(tail),
         };
-        if crate::frame::index_due(last_indexed, base, pos, compressed, interval) {
+        if crate::log::frame::index_due(last_indexed, base, pos, compressed, interval) {
             staged.entries.push((base, pos));
             last_indexed = Some((base, pos));
         }
