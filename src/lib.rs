@@ -1,29 +1,4 @@
-//! `bus`: one synchronous, durable, partitioned event-bus trait in front of
-//! an embedded file log, NATS JetStream and Kafka.
-//!
-//! [`open`] picks the backend by URL and provisions the manifest:
-//!
-//! ```
-//! use bus::{Manifest, TopicSpec};
-//!
-//! let manifest = Manifest::new([TopicSpec::new("audit", 4)]);
-//! let bus = bus::open("memory://", &manifest).unwrap();
-//! let ack = bus.publish("audit", "agent-1", &serde_json::json!({"event": "start"})).unwrap();
-//! let events = bus.fetch("audit", ack.partition, 0, 10).unwrap();
-//! assert_eq!(events[0].value["event"], "start");
-//! ```
-//!
-//! | cargo feature | backend | URL |
-//! |---|---|---|
-//! | `embedded` (default) | segmented file log | `file://DIR` or a bare path; `file://DIR?read_only=true` follows a directory another process writes |
-//! | `nats` | NATS JetStream | `nats://HOST:PORT[,HOST:PORT]`; `tls://` requires TLS |
-//! | `kafka` | Apache Kafka | `kafka://HOST:PORT[,HOST:PORT]`; `kafkas://` (or `kafka+tls://`) for TLS |
-//! | `postgres` | PostgreSQL | `postgres://USER:PASSWORD@HOST:PORT/DB[?schema=NAME]` (also `postgresql://`); `sslmode=verify-full&sslrootcert=CA.pem` for TLS |
-//! | (always) | in-memory | `memory://` |
-//!
-//! Feature `async` adds `AsyncEventBus`, the operations as
-//! futures, on memory and every compiled-in backend (see the
-//! README's "The async surface").
+#![doc = include_str!("../README.md")]
 
 pub use bus_core::*;
 
@@ -290,7 +265,20 @@ fn disabled(scheme: &str, feature: &str) -> BusError {
     }
 }
 
-/// The README's examples, compiled and run as doctests.
-#[doc = include_str!("../README.md")]
+// The examples of the docs pages, compiled and run as doctests like the
+// README's (which is the crate documentation above), so a page cannot show
+// code that no longer builds.
+/// docs/subscriptions.md
+#[doc = include_str!("../docs/subscriptions.md")]
 #[cfg(doctest)]
-pub struct ReadmeDoctests;
+pub struct SubscriptionsDoctests;
+
+/// docs/async.md
+#[doc = include_str!("../docs/async.md")]
+#[cfg(doctest)]
+pub struct AsyncDoctests;
+
+/// docs/security.md
+#[doc = include_str!("../docs/security.md")]
+#[cfg(doctest)]
+pub struct SecurityDoctests;

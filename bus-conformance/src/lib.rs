@@ -1,19 +1,4 @@
-//! The one conformance suite every bus backend passes: a library of case
-//! functions (one or more per rule of the contract, C1–C16) and the
-//! [`suite!`] macro that turns them into one `#[test]` per case for a
-//! backend.
-//!
-//! A backend plugs in with a [`Harness`] (how to get a fresh namespace: a
-//! temp directory, a topic prefix) and one line:
-//!
-//! ```ignore
-//! bus_conformance::suite!(MyHarness::default());
-//! ```
-//!
-//! Broker-backed harnesses report [`Unavailable`] when their broker is not
-//! configured: the case prints a loud `SKIPPED` line (past the test
-//! harness's output capture) and passes, unless `BUS_REQUIRE_BROKERS=1`, in
-//! which case it fails.
+#![doc = include_str!("../README.md")]
 
 use std::io::Write as _;
 

@@ -11,7 +11,7 @@ pub enum DedupHorizon {
 }
 
 /// What a publish ack guarantees about the record surviving failures
-/// (see README "Clusters and durability").
+/// (see docs/contract.md, "What an ack guarantees").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AckDurability {
@@ -30,7 +30,7 @@ pub enum AckDurability {
         min_insync: u16,
     },
     /// The client cannot learn it from the server (NATS does not report
-    /// `sync_interval`); see the README for the server setting that decides.
+    /// `sync_interval`); see docs/contract.md for the server setting that decides.
     Unknown,
 }
 

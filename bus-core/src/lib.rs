@@ -1,18 +1,4 @@
-//! The core of `bus`: the [`EventBus`] trait every backend implements, its
-//! [`PublishAck`] / [`StoredEvent`] types, the one [`BusError`], the
-//! partitioner [`partition_for`], the topic [`Manifest`], record
-//! authentication, the in-memory reference backend ([`memory::MemoryBus`],
-//! for unit tests of any crate) and (feature `connector`) the
-//! `ConnectorExecutor` that network backends run their async clients on, and
-//! (feature `async`) the async surface `AsyncEventBus`.
-//!
-//! ```
-//! use bus_core::{partition_for, Manifest, TopicSpec};
-//!
-//! let manifest = Manifest::new([TopicSpec::new("audit", 8)]);
-//! manifest.validate().unwrap();
-//! assert!(partition_for("agent-1", 8) < 8);
-//! ```
+#![doc = include_str!("../README.md")]
 
 #[cfg(feature = "async")]
 pub mod asynchronous;
