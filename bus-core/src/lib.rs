@@ -4,7 +4,8 @@
 //! authentication, the in-memory reference backend ([`memory::MemoryBus`],
 //! for unit tests of any crate) and (feature `connector`) the
 //! `ConnectorExecutor` that network backends run their async clients on, and
-//! (feature `async`) the async surface `AsyncEventBus`.
+//! (feature `async`) the async surface `AsyncEventBus`; [`Traced`], the
+//! wrapper that gives any backend the bus span schema.
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
@@ -29,14 +30,14 @@ pub mod metrics;
 mod partition;
 mod percent;
 mod prepare;
-mod publish_glue;
 pub mod record;
 mod secrets;
 pub mod subscription;
 pub mod sync;
+mod traced;
 
 #[cfg(feature = "async")]
-pub use asynchronous::{AsyncEventBus, BoxFuture, on_blocking_pool, traced};
+pub use asynchronous::{AsyncEventBus, BoxFuture, on_blocking_pool};
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
@@ -59,3 +60,4 @@ pub use subscription::{
     Doorbell, DoorbellRegistry, Feed, Selector, StartAt, SubscribeOptions, Subscription,
     SubscriptionItem, SubscriptionOwner, SubscriptionStream,
 };
+pub use traced::Traced;
