@@ -23,6 +23,15 @@
 //! write and one fsync. A failed write or fsync fails the whole round and
 //! poisons the partition until the bus is reopened.
 //!
+//! Spans: a bus built by hand (`EmbeddedBus::open(dir)`) opens no `tracing`
+//! spans of its own; `bus::open` returns it wrapped in
+//! [`bus_core::Traced`], and `Traced::new(bus)` gives a hand-built one the
+//! same span schema (`bus.publish{backend="embedded" topic=..}`,
+//! `bus.fetch{..}`, ..., on the sync and async surfaces). Without the
+//! wrapper the backend still logs its own events (warnings, errors, such as
+//! a torn tail truncated or a partition poisoned) and records its metrics
+//! (feature `metrics`).
+//!
 //! On-disk layout (Linux file-name semantics; names are encoded so
 //! case-insensitive file systems keep `x` and `X` apart):
 //!

@@ -46,6 +46,14 @@
 //! assert_eq!(bus.fetch("audit", ack.partition, ack.offset, 1)?.len(), 1);
 //! # Ok::<(), bus_core::BusError>(())
 //! ```
+//!
+//! Spans: a bus built by hand (`KafkaBus::connect(url)`) opens no `tracing`
+//! spans of its own; `bus::open` returns it wrapped in
+//! [`bus_core::Traced`], and `Traced::new(bus)` gives a hand-built one the
+//! same span schema (`bus.publish{backend="kafka" topic=..}`,
+//! `bus.fetch{..}`, ..., on the sync and async surfaces). Without the
+//! wrapper the backend still logs its own events (warnings, errors,
+//! including librdkafka's) and records its metrics (feature `metrics`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};

@@ -43,6 +43,14 @@
 //! A publish that times out during an outage may still be stored once the
 //! connection returns (the client resends what it buffered): retry with a
 //! UID to make that harmless.
+//!
+//! Spans: a bus built by hand (`NatsBus::connect(url)`) opens no `tracing`
+//! spans of its own; `bus::open` returns it wrapped in
+//! [`bus_core::Traced`], and `Traced::new(bus)` gives a hand-built one the
+//! same span schema (`bus.publish{backend="nats" topic=..}`,
+//! `bus.fetch{..}`, ..., on the sync and async surfaces). Without the
+//! wrapper the backend still logs its own events (warnings, errors, such as
+//! connection state changes) and records its metrics (feature `metrics`).
 
 #[cfg(feature = "async")]
 mod asynchronous;

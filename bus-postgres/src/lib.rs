@@ -24,6 +24,14 @@
 //! assert_eq!(bus.find_event_by_uid("audit", "agent-1", "evt-1")?, Some(ack));
 //! # Ok::<(), bus_core::BusError>(())
 //! ```
+//!
+//! Spans: a bus built by hand (`PostgresBus::connect(url)`) opens no
+//! `tracing` spans of its own; `bus::open` returns it wrapped in
+//! [`bus_core::Traced`], and `Traced::new(bus)` gives a hand-built one the
+//! same span schema (`bus.publish{backend="postgres" topic=..}`,
+//! `bus.fetch{..}`, ..., on the sync and async surfaces). Without the
+//! wrapper the backend still logs its own events (warnings, errors) and
+//! records its metrics (feature `metrics`).
 
 #[cfg(feature = "async")]
 mod asynchronous;
