@@ -1,13 +1,14 @@
 //! [`open_async`] and [`connect_async`]: the facade's URL routing for the
 //! async surface (feature `async`).
 
-use bus_core::{AsyncEventBus, BusError, Manifest};
+use bus_core::{AsyncEventBus, BusError, Manifest, Traced};
 
 /// [`crate::open`] for async code: opens the bus named by `url` with its
 /// async constructor (NATS, Kafka and PostgreSQL connect on the caller's
 /// runtime and start no connector thread; the embedded log opens on its
 /// blocking pool) and provisions `manifest`. Must be awaited inside a tokio
-/// runtime.
+/// runtime. The bus comes wrapped in [`Traced`], so its futures run in the
+/// same spans as the sync surface's calls.
 pub async fn open_async(
     url: &str,
     manifest: &Manifest,
@@ -26,7 +27,7 @@ pub async fn connect_async(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError
     };
     let backend = crate::backend_of_scheme(scheme)?;
     match backend.name {
-        "memory" => Ok(Box::new(bus_core::memory::MemoryBus::new())),
+        "memory" => Ok(Box::new(Traced::new(bus_core::memory::MemoryBus::new()))),
         "embedded" => {
             let (path, read_only) = crate::file_target(rest)?;
             embedded(path.to_owned(), read_only).await
@@ -58,7 +59,7 @@ async fn embedded(path: String, read_only: bool) -> Result<Box<dyn AsyncEventBus
     })
     .await
     .map_err(|error| BusError::backend("embedded", format!("open did not finish: {error}")))??;
-    Ok(Box::new(bus))
+    Ok(Box::new(Traced::new(bus)))
 }
 
 #[cfg(not(feature = "embedded"))]
@@ -68,7 +69,9 @@ async fn embedded(_path: String, _read_only: bool) -> Result<Box<dyn AsyncEventB
 
 #[cfg(feature = "nats")]
 async fn nats(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
-    Ok(Box::new(bus_nats::NatsBus::connect_async(url).await?))
+    Ok(Box::new(Traced::new(
+        bus_nats::NatsBus::connect_async(url).await?,
+    )))
 }
 
 #[cfg(not(feature = "nats"))]
@@ -78,7 +81,9 @@ async fn nats(_url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
 
 #[cfg(feature = "kafka")]
 async fn kafka(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
-    Ok(Box::new(bus_kafka::KafkaBus::connect_async(url).await?))
+    Ok(Box::new(Traced::new(
+        bus_kafka::KafkaBus::connect_async(url).await?,
+    )))
 }
 
 #[cfg(not(feature = "kafka"))]
@@ -88,9 +93,9 @@ async fn kafka(_url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
 
 #[cfg(feature = "postgres")]
 async fn postgres(url: &str) -> Result<Box<dyn AsyncEventBus>, BusError> {
-    Ok(Box::new(
+    Ok(Box::new(Traced::new(
         bus_postgres::PostgresBus::connect_async(url).await?,
-    ))
+    )))
 }
 
 #[cfg(not(feature = "postgres"))]

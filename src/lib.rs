@@ -21,6 +21,11 @@ pub use bus_postgres::{self as postgres, PostgresBus, PostgresOptions};
 
 /// Opens the bus named by `url` and provisions `manifest` on it.
 ///
+/// The bus comes wrapped in [`Traced`]: each operation runs in a span of
+/// the bus span schema (`bus.publish{backend topic}`, ...). A backend built
+/// by hand (`EmbeddedBus::open(dir)`) opens no spans until wrapped with
+/// `Traced::new`.
+///
 /// A URL whose backend was not compiled in fails with
 /// [`BusError::FeatureDisabled`] naming the cargo feature to enable.
 pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusError> {
@@ -30,7 +35,8 @@ pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusErro
     Ok(bus)
 }
 
-/// Opens the bus named by `url` without provisioning anything.
+/// Opens the bus named by `url` without provisioning anything (wrapped in
+/// [`Traced`], as [`open`]'s).
 pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     let Some((scheme, rest)) = url.split_once("://") else {
         // A bare path is taken whole: no query.
@@ -38,7 +44,7 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     };
     let backend = backend_of_scheme(scheme)?;
     match backend.name {
-        "memory" => Ok(Box::new(bus_core::memory::MemoryBus::new())),
+        "memory" => Ok(Box::new(Traced::new(bus_core::memory::MemoryBus::new()))),
         "embedded" => open_file(rest),
         "nats" => open_nats(url),
         "kafka" => open_kafka(url),
@@ -216,11 +222,11 @@ fn open_embedded(path: &str, read_only: bool) -> Result<Box<dyn EventBus>, BusEr
             "file:// needs a directory, e.g. file://./bus-data",
         ));
     }
-    Ok(Box::new(if read_only {
+    Ok(Box::new(Traced::new(if read_only {
         bus_embedded::EmbeddedBus::open_read_only(path)?
     } else {
         bus_embedded::EmbeddedBus::open(path)?
-    }))
+    })))
 }
 
 #[cfg(not(feature = "embedded"))]
@@ -230,7 +236,7 @@ fn open_embedded(_path: &str, _read_only: bool) -> Result<Box<dyn EventBus>, Bus
 
 #[cfg(feature = "nats")]
 fn open_nats(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Ok(Box::new(bus_nats::NatsBus::connect(url)?))
+    Ok(Box::new(Traced::new(bus_nats::NatsBus::connect(url)?)))
 }
 
 #[cfg(not(feature = "nats"))]
@@ -240,7 +246,7 @@ fn open_nats(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
 
 #[cfg(feature = "kafka")]
 fn open_kafka(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Ok(Box::new(bus_kafka::KafkaBus::connect(url)?))
+    Ok(Box::new(Traced::new(bus_kafka::KafkaBus::connect(url)?)))
 }
 
 #[cfg(not(feature = "kafka"))]
@@ -250,7 +256,9 @@ fn open_kafka(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
 
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Ok(Box::new(bus_postgres::PostgresBus::connect(url)?))
+    Ok(Box::new(Traced::new(bus_postgres::PostgresBus::connect(
+        url,
+    )?)))
 }
 
 #[cfg(not(feature = "postgres"))]

@@ -237,3 +237,74 @@ fn bus_embedded_schemes() -> &'static [&'static str] {
         .expect("the embedded backend is listed")
         .schemes
 }
+
+/// What the operations `work` runs on this thread log at INFO, with a line
+/// per closed span.
+fn closed_spans(work: impl FnOnce()) -> String {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let out = Captured::default();
+    let writer = out.clone();
+    let guard = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish()
+        .set_default();
+    work();
+    drop(guard);
+    let bytes = out
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `bus::open` wraps every backend in `Traced`: a facade user sees the
+/// span schema whichever backend the URL names.
+#[test]
+fn open_returns_a_bus_whose_operations_run_in_spans() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file_url = format!("file://{}", dir.path().display());
+    let manifest = Manifest::new([TopicSpec::new("spans", 1)]);
+    for (url, backend) in [("memory://", "memory"), (file_url.as_str(), "embedded")] {
+        let bus = bus::open(url, &manifest).expect("bus");
+        let value = serde_json::json!({"n": 1});
+        // Once before the subscriber, so the callsites are registered (see
+        // bus-core's tests/traced.rs).
+        bus.publish("spans", "k", &value).expect("publish");
+        let log = closed_spans(|| {
+            let ack = bus.publish("spans", "k", &value).expect("publish");
+            bus.fetch("spans", ack.partition, 0, 3).expect("fetch");
+        });
+        for span in [
+            format!("bus.publish{{backend=\"{backend}\" topic=spans}}"),
+            format!("bus.fetch{{backend=\"{backend}\" topic=spans partition=0 offset=0 max=3}}"),
+        ] {
+            assert!(
+                log.lines()
+                    .any(|line| line.contains(&span) && line.contains("close")),
+                "no closed span {span} in:\n{log}"
+            );
+        }
+    }
+}

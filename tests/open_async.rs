@@ -160,3 +160,65 @@ fn a_postgres_url_opens_through_the_async_constructor() {
         let _ = connection.await;
     });
 }
+
+/// `bus::open_async` wraps the bus in `Traced` too: its futures run in the
+/// spans of the schema.
+#[test]
+fn open_async_returns_a_bus_whose_futures_run_in_spans() {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let file_url = format!("file://{}", dir.path().display());
+    let manifest = Manifest::new([TopicSpec::new("spans", 1)]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (url, backend) in [("memory://", "memory"), (file_url.as_str(), "embedded")] {
+        let bus = runtime.block_on(bus::open_async(url, &manifest)).unwrap();
+        let run = || {
+            runtime.block_on(async {
+                let ack = bus.publish("spans", "k", &json!({"n": 1})).await.unwrap();
+                bus.fetch("spans", ack.partition, 0, 3).await.unwrap();
+            });
+        };
+        // Once before the subscriber, so the callsites are registered.
+        run();
+        let out = Captured::default();
+        let writer = out.clone();
+        let guard = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .finish()
+            .set_default();
+        run();
+        drop(guard);
+        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        for span in [
+            format!("bus.publish{{backend=\"{backend}\" topic=spans}}"),
+            format!("bus.fetch{{backend=\"{backend}\" topic=spans partition=0 offset=0 max=3}}"),
+        ] {
+            assert!(
+                log.lines()
+                    .any(|line| line.contains(&span) && line.contains("close")),
+                "no closed span {span} in:\n{log}"
+            );
+        }
+    }
+}

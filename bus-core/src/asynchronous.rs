@@ -60,7 +60,10 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, BusError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(work)
+    // The caller's span (the operation's, under `Traced`) follows the work
+    // onto the pool thread, so what the work logs is attributed to it.
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(work))
         .await
         .unwrap_or_else(|error| {
             Err(BusError::backend(
@@ -68,16 +71,6 @@ where
                 format!("{what} did not finish: {error}"),
             ))
         })
-}
-
-/// `future` boxed to run in `span` (see [`async_span!`](crate::async_span)):
-/// what an async-surface method returns, so its work is attributed to the
-/// operation as the sync surface's is.
-pub fn traced<'a, T>(
-    span: tracing::Span,
-    future: impl Future<Output = T> + Send + 'a,
-) -> BoxFuture<'a, T> {
-    Box::pin(tracing::Instrument::instrument(future, span))
 }
 
 /// The [`EventBus`](crate::EventBus) operations as futures. See the module

@@ -16,14 +16,14 @@ pub mod metrics;
 mod partition;
 mod percent;
 mod prepare;
-mod publish_glue;
 pub mod record;
 mod secrets;
 pub mod subscription;
 pub mod sync;
+mod traced;
 
 #[cfg(feature = "async")]
-pub use asynchronous::{AsyncEventBus, BoxFuture, on_blocking_pool, traced};
+pub use asynchronous::{AsyncEventBus, BoxFuture, on_blocking_pool};
 pub use bus::{BatchRecord, EventBus, EventBusExt, FetchFeed, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
@@ -46,3 +46,4 @@ pub use subscription::{
     Doorbell, DoorbellRegistry, Feed, Selector, StartAt, SubscribeOptions, Subscription,
     SubscriptionItem, SubscriptionOwner, SubscriptionStream,
 };
+pub use traced::Traced;

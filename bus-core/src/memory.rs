@@ -1,6 +1,9 @@
 //! The in-memory backend: everything the contract asks except durability.
 //! It is the reference the suite is proven on, and what users put in their
 //! own unit tests.
+//!
+//! Like every backend built by hand, a `MemoryBus::new()` opens no spans;
+//! wrap it in [`Traced`](crate::Traced) for the span schema.
 
 use crate::sync::read;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -301,9 +304,26 @@ impl EventBus for MemoryBus {
         Ok(())
     }
 
-    crate::publish_through_publish_one!("memory");
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
 
-    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "memory", topic = %topic_name, uid = %event_uid))]
+    /// A malformed UID is refused before anything is written (contract C12).
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        crate::validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
     fn find_event_by_uid(
         &self,
         topic_name: &str,
@@ -322,8 +342,6 @@ impl EventBus for MemoryBus {
                 offset,
             }))
     }
-
-    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "memory", topic = %topic_name, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic_name: &str,
@@ -386,8 +404,6 @@ impl EventBus for MemoryBus {
     fn topics(&self) -> Vec<String> {
         read(&self.store.topics).keys().cloned().collect()
     }
-
-    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "memory"))]
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         let topics: Vec<Arc<Topic>> = read(&self.store.topics).values().cloned().collect();
         let mut expired = 0u64;
@@ -414,8 +430,6 @@ impl EventBus for MemoryBus {
         }
         Ok(expired)
     }
-
-    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "memory"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let mut topics = self
@@ -438,8 +452,6 @@ impl EventBus for MemoryBus {
         }
         Ok(())
     }
-
-    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "memory", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let topic = self.store.topic(topic)?;
         let log = topic.partition(partition)?;
@@ -455,13 +467,9 @@ impl EventBus for MemoryBus {
             .dedup_horizon(DedupHorizon::Retained)
             .maintenance_retention(true)
     }
-
-    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "memory", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<crate::TopicSpec>, BusError> {
         Ok(Some(self.store.topic(topic)?.spec.clone()))
     }
-
-    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "memory", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -485,8 +493,6 @@ impl EventBus for MemoryBus {
             })
             .collect()
     }
-
-    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "memory", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

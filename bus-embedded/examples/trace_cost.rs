@@ -1,7 +1,9 @@
 //! What the operation spans cost on the serial publish path when nobody
 //! listens: publishes one record at a time on the in-memory bus (where any
 //! overhead shows most) and on the embedded log without an fsync per
-//! record, and prints nanoseconds per publish.
+//! record, and prints nanoseconds per publish. Each bus runs twice:
+//! wrapped in `Traced` (what `bus::open` returns: the spans) and bare (no
+//! spans), so the wrapper's own cost shows in one build.
 //!
 //! Build it twice and run the two side by side, in turns, on one machine:
 //!
@@ -17,7 +19,7 @@
 use std::time::Instant;
 
 use bus_core::memory::MemoryBus;
-use bus_core::{EventBus, Manifest, TopicSpec};
+use bus_core::{EventBus, Manifest, TopicSpec, Traced};
 use bus_embedded::{Durability, EmbeddedBus, Options};
 
 const TOPIC: &str = "trace-cost";
@@ -39,16 +41,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = Manifest::new([TopicSpec::new(TOPIC, 1)]);
     let value = serde_json::json!({"kind": "audit", "agent": "a-1", "step": 1});
 
-    let memory = MemoryBus::new();
+    let memory = Traced::new(MemoryBus::new());
     memory.provision(&manifest)?;
     let dir = tempfile::tempdir()?;
     let options = Options::default().durability(Durability::Interval(1_000));
-    let embedded = EmbeddedBus::open_with(dir.path(), options)?;
+    let embedded = Traced::new(EmbeddedBus::open_with(dir.path(), options)?);
     embedded.provision(&manifest)?;
 
     for (name, bus) in [
-        ("memory", &memory as &dyn EventBus),
-        ("embedded", &embedded),
+        ("memory traced", &memory as &dyn EventBus),
+        ("memory bare", memory.inner()),
+        ("embedded traced", &embedded),
+        ("embedded bare", embedded.inner()),
     ] {
         // Warm up, then time.
         for _ in 0..records / 10 {

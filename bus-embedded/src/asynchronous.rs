@@ -78,26 +78,92 @@ impl EmbeddedBus {
 }
 
 impl AsyncEventBus for EmbeddedBus {
-    bus_core::async_publish_through_publish_one!("embedded");
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(self.publish_one_async(topic, key, value, None))
+    }
+
+    /// A malformed UID is refused before anything is queued (contract C12).
+    fn publish_idempotent<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            bus_core::validate_uid(event_uid)?;
+            self.publish_one_async(topic, key, value, Some(event_uid))
+                .await
+        })
+    }
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
-                "bus.publish_batch",
-                "embedded",
-                topic,
-                records = records.len()
-            ),
-            self.publish_batch_async(topic, records),
-        )
+        Box::pin(self.publish_batch_async(topic, records))
     }
 
-    bus_core::async_reads_through_blocking!(blocking);
-    bus_core::async_admin_through_blocking!(blocking);
+    fn fetch<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<bus_core::StoredEvent>, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("fetch", move |bus| {
+            EventBus::fetch(&bus, &topic, partition, offset, max)
+        }))
+    }
+
+    fn find_event_by_uid<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
+        let (topic, key, uid) = (topic.to_owned(), key.to_owned(), event_uid.to_owned());
+        Box::pin(self.blocking("find_event_by_uid", move |bus| {
+            EventBus::find_event_by_uid(&bus, &topic, &key, &uid)
+        }))
+    }
+
+    fn offsets<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+    ) -> BoxFuture<'a, Result<bus_core::PartitionOffsets, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("offsets", move |bus| {
+            EventBus::offsets(&bus, &topic, partition)
+        }))
+    }
+    /// Rare administrative calls the sync surface already answers, on the
+    /// caller's runtime's blocking pool.
+    fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>> {
+        Box::pin(self.blocking("topics", move |bus| Ok(EventBus::topics(&bus))))
+    }
+
+    fn topic_spec<'a>(
+        &'a self,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bus_core::TopicSpec>, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("topic_spec", move |bus| EventBus::topic_spec(&bus, &topic)))
+    }
+
+    fn maintenance<'a>(&'a self, now_ms: u64) -> BoxFuture<'a, Result<u64, BusError>> {
+        Box::pin(self.blocking("maintenance", move |bus| {
+            EventBus::maintenance(&bus, now_ms)
+        }))
+    }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         let owned = topic.to_owned();

@@ -214,9 +214,26 @@ impl EventBus for EmbeddedBus {
         Ok(())
     }
 
-    bus_core::publish_through_publish_one!("embedded");
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
 
-    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "embedded", topic = %topic_name, uid = %event_uid))]
+    /// A malformed UID is refused before anything is written (contract C12).
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        bus_core::validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
     fn find_event_by_uid(
         &self,
         topic_name: &str,
@@ -236,8 +253,6 @@ impl EventBus for EmbeddedBus {
                 offset,
             }))
     }
-
-    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "embedded", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -255,8 +270,6 @@ impl EventBus for EmbeddedBus {
             .readable(&topic.spec.name, partition)?
             .fetch(offset, max, auth.as_ref())
     }
-
-    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "embedded", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         Ok(self.inner.readable(topic, partition)?.offsets())
     }
@@ -273,8 +286,6 @@ impl EventBus for EmbeddedBus {
         }
         read(&self.inner.topics).keys().cloned().collect()
     }
-
-    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "embedded"))]
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         self.inner.writable("maintenance")?;
         let topics: Vec<Arc<Topic>> = read(&self.inner.topics).values().cloned().collect();
@@ -298,7 +309,6 @@ impl EventBus for EmbeddedBus {
 
     /// On a read-only open, succeeds only when every topic already exists
     /// as specified (nothing to write).
-    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "embedded"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         if self.inner.options.read_only {
@@ -347,8 +357,6 @@ impl EventBus for EmbeddedBus {
                 Durability::Interval(_) => bus_core::AckDurability::None,
             })
     }
-
-    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "embedded", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         if self.inner.options.read_only {
             // The writer may have changed the spec since this bus looked.
@@ -359,7 +367,6 @@ impl EventBus for EmbeddedBus {
 
     /// Validates the whole batch first (a bad record stores nothing), then
     /// writes one frame per partition the batch touches.
-    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "embedded", topic = %topic_name, records = records.len()))]
     fn publish_batch(
         &self,
         topic_name: &str,
@@ -384,8 +391,6 @@ impl EventBus for EmbeddedBus {
             .map(|ack| ack.ok_or_else(|| BusError::backend("embedded", "batch record not acked")))
             .collect()
     }
-
-    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "embedded", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bus_core::{BatchRecord, BusError, EventBus};
+use bus_core::{BatchRecord, BusError, EventBus, Traced};
 use bus_embedded::testing::FileLayer;
 use bus_embedded::{EmbeddedBus, Options};
 use support::{Captured, TOPIC, captured, open, provision, recovery_point, segments, value_for};
@@ -117,13 +117,14 @@ fn a_poisoned_partition_is_an_error() {
     );
 }
 
-/// Each operation runs in a span naming the backend, the topic and (where
-/// the call has one) the partition and offset.
+/// Each operation of a bus wrapped in `Traced` (as `bus::open` returns it)
+/// runs in a span naming the backend, the topic and (where the call has
+/// one) the partition and offset.
 #[test]
 fn operations_run_in_spans_naming_backend_and_topic() {
     use tracing_subscriber::fmt::format::FmtSpan;
     let dir = tempfile::tempdir().unwrap();
-    let bus = open(dir.path());
+    let bus = Traced::new(open(dir.path()));
     provision(&bus, 1);
     // Each operation once before the subscriber: its span's callsite is
     // then registered, and making the subscriber rebuilds its interest. A
@@ -166,7 +167,7 @@ fn async_operations_run_in_the_same_spans() {
     use bus_core::AsyncEventBus;
     use tracing_subscriber::fmt::format::FmtSpan;
     let dir = tempfile::tempdir().unwrap();
-    let bus = open(dir.path());
+    let bus = Traced::new(open(dir.path()));
     provision(&bus, 1);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -184,6 +185,7 @@ fn async_operations_run_in_the_same_spans() {
             AsyncEventBus::publish_batch(&bus, TOPIC, &batch)
                 .await
                 .unwrap();
+            AsyncEventBus::fetch(&bus, TOPIC, 0, 0, 5).await.unwrap();
         });
     };
     // Once before the subscriber, to register the callsites (see above).
@@ -202,6 +204,8 @@ fn async_operations_run_in_the_same_spans() {
         format!("bus.publish{{backend=\"embedded\" topic={TOPIC}}}"),
         format!("bus.publish_idempotent{{backend=\"embedded\" topic={TOPIC} uid=u7}}"),
         format!("bus.publish_batch{{backend=\"embedded\" topic={TOPIC} records=1}}"),
+        // A read, which runs on the blocking pool, is traced too.
+        format!("bus.fetch{{backend=\"embedded\" topic={TOPIC} partition=0 offset=0 max=5}}"),
     ] {
         assert!(
             log.lines()

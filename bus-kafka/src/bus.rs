@@ -28,9 +28,26 @@ impl EventBus for KafkaBus {
         Ok(())
     }
 
-    bus_core::publish_through_publish_one!("kafka");
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
 
-    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "kafka", topic = %topic, uid = %event_uid))]
+    /// A malformed UID is refused before anything is written (contract C12).
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        bus_core::validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
     fn find_event_by_uid(
         &self,
         topic: &str,
@@ -80,8 +97,6 @@ impl EventBus for KafkaBus {
             offset,
         }))
     }
-
-    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "kafka", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -108,8 +123,6 @@ impl EventBus for KafkaBus {
         )?;
         fetch::authentic_prefix(decoded)
     }
-
-    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "kafka", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let entry = self.entry(topic)?;
         check_partition(topic, partition, entry.spec.partitions)?;
@@ -134,14 +147,10 @@ impl EventBus for KafkaBus {
         let _ = registry.refresh(&core.options, &core.pool.meta(), self.deadline());
         registry.entries().keys().cloned().collect()
     }
-
-    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "kafka"))]
     fn maintenance(&self, _now_ms: u64) -> Result<u64, BusError> {
         // Kafka enforces retention.ms itself.
         Ok(0)
     }
-
-    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "kafka"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let manifest = manifest.clone();
@@ -153,7 +162,6 @@ impl EventBus for KafkaBus {
     /// The spec recorded in the manifest topic, the record `provision`
     /// verifies an existing topic against (C1). The registry is read afresh
     /// first, so a topic another bus provisioned or deleted shows as it is.
-    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "kafka", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         bus_core::validate_topic(topic)?;
         let core = &self.core;
@@ -180,8 +188,6 @@ impl EventBus for KafkaBus {
                 bus_core::AckDurability::None
             })
     }
-
-    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "kafka", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -189,8 +195,6 @@ impl EventBus for KafkaBus {
     ) -> Result<Vec<PublishAck>, BusError> {
         self.publish_many(topic, records)
     }
-
-    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "kafka", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

@@ -194,23 +194,42 @@ impl NatsBus {
 }
 
 impl AsyncEventBus for NatsBus {
-    bus_core::async_publish_through_publish_one!("nats");
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(self.publish_one_async(topic, key, value, None))
+    }
+
+    /// A malformed UID is refused before anything is queued (contract C12).
+    fn publish_idempotent<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            bus_core::validate_uid(event_uid)?;
+            self.publish_one_async(topic, key, value, Some(event_uid))
+                .await
+        })
+    }
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.publish_batch", "nats", topic, records = records.len()),
-            async move {
-                let records: Vec<_> = records
-                    .iter()
-                    .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref()))
-                    .collect();
-                self.publish_async(topic, &records).await
-            },
-        )
+        Box::pin(async move {
+            let records: Vec<_> = records
+                .iter()
+                .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref()))
+                .collect();
+            self.publish_async(topic, &records).await
+        })
     }
 
     fn fetch<'a>(
@@ -220,26 +239,16 @@ impl AsyncEventBus for NatsBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
-                "bus.fetch",
-                "nats",
-                topic,
-                partition = partition,
-                offset = offset,
-                max = max
-            ),
-            bounded("fetch", self.shared.timeout, async move {
-                let state = self.topic_async(topic).await?;
-                check_partition(topic, partition, state.spec.partitions)?;
-                if max == 0 {
-                    return Ok(Vec::new());
-                }
-                let shared = Arc::clone(&self.shared);
-                let messages = fetch::fetch(shared, state, partition, offset, max).await?;
-                fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
-            }),
-        )
+        Box::pin(bounded("fetch", self.shared.timeout, async move {
+            let state = self.topic_async(topic).await?;
+            check_partition(topic, partition, state.spec.partitions)?;
+            if max == 0 {
+                return Ok(Vec::new());
+            }
+            let shared = Arc::clone(&self.shared);
+            let messages = fetch::fetch(shared, state, partition, offset, max).await?;
+            fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
+        }))
     }
 
     fn find_event_by_uid<'a>(
@@ -248,19 +257,11 @@ impl AsyncEventBus for NatsBus {
         key: &'a str,
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
-                "bus.find_event_by_uid",
-                "nats",
-                topic,
-                uid = ::tracing::field::display(event_uid)
-            ),
-            bounded(
-                "find_event_by_uid",
-                self.shared.timeout,
-                self.find_async(topic, key, event_uid),
-            ),
-        )
+        Box::pin(bounded(
+            "find_event_by_uid",
+            self.shared.timeout,
+            self.find_async(topic, key, event_uid),
+        ))
     }
 
     fn offsets<'a>(
@@ -268,14 +269,11 @@ impl AsyncEventBus for NatsBus {
         topic: &'a str,
         partition: u32,
     ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.offsets", "nats", topic, partition = partition),
-            bounded("offsets", self.shared.timeout, async move {
-                let state = self.topic_async(topic).await?;
-                check_partition(topic, partition, state.spec.partitions)?;
-                fetch::offsets(Arc::clone(&self.shared), state, partition).await
-            }),
-        )
+        Box::pin(bounded("offsets", self.shared.timeout, async move {
+            let state = self.topic_async(topic).await?;
+            check_partition(topic, partition, state.spec.partitions)?;
+            fetch::offsets(Arc::clone(&self.shared), state, partition).await
+        }))
     }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
@@ -285,19 +283,36 @@ impl AsyncEventBus for NatsBus {
     }
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.provision", "nats"),
-            bounded("provision", self.shared.timeout, async move {
-                manifest.validate()?;
-                for spec in topics::provision(&self.shared, manifest).await? {
-                    self.shared.remember(spec);
-                }
-                Ok(())
-            }),
-        )
+        Box::pin(bounded("provision", self.shared.timeout, async move {
+            manifest.validate()?;
+            for spec in topics::provision(&self.shared, manifest).await? {
+                self.shared.remember(spec);
+            }
+            Ok(())
+        }))
     }
 
-    bus_core::async_admin_through_blocking!(blocking);
+    /// Rare administrative calls the sync surface already answers, on the
+    /// caller's runtime's blocking pool.
+    fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>> {
+        Box::pin(self.blocking("topics", move |bus| Ok(bus_core::EventBus::topics(&bus))))
+    }
+
+    fn topic_spec<'a>(
+        &'a self,
+        topic: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bus_core::TopicSpec>, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("topic_spec", move |bus| {
+            bus_core::EventBus::topic_spec(&bus, &topic)
+        }))
+    }
+
+    fn maintenance<'a>(&'a self, now_ms: u64) -> BoxFuture<'a, Result<u64, BusError>> {
+        Box::pin(self.blocking("maintenance", move |bus| {
+            bus_core::EventBus::maintenance(&bus, now_ms)
+        }))
+    }
 
     fn subscribe<'a>(
         &'a self,
@@ -306,14 +321,10 @@ impl AsyncEventBus for NatsBus {
         start: StartAt,
         options: SubscribeOptions,
     ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
-        let span = bus_core::async_span!("bus.subscribe", "nats", topic);
         let topic = topic.to_owned();
-        bus_core::traced(
-            span,
-            self.blocking("subscribe", move |bus| {
-                bus.subscribe_live(&topic, &selector, start, options)?
-                    .into_stream()
-            }),
-        )
+        Box::pin(self.blocking("subscribe", move |bus| {
+            bus.subscribe_live(&topic, &selector, start, options)?
+                .into_stream()
+        }))
     }
 }

@@ -325,9 +325,26 @@ impl EventBus for NatsBus {
         Ok(())
     }
 
-    bus_core::publish_through_publish_one!("nats");
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
 
-    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "nats", topic = %topic, uid = %event_uid))]
+    /// A malformed UID is refused before anything is written (contract C12).
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        bus_core::validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
     fn find_event_by_uid(
         &self,
         topic: &str,
@@ -379,8 +396,6 @@ impl EventBus for NatsBus {
             offset: sequence.saturating_sub(1),
         }))
     }
-
-    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "nats", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -398,8 +413,6 @@ impl EventBus for NatsBus {
         })?;
         fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
     }
-
-    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "nats", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let state = self.topic(topic)?;
         check_partition(topic, partition, state.spec.partitions)?;
@@ -429,8 +442,6 @@ impl EventBus for NatsBus {
             Err(_) => self.shared.cached_names(),
         }
     }
-
-    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "nats"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let owned = manifest.clone();
@@ -447,7 +458,6 @@ impl EventBus for NatsBus {
     /// `provision` verifies an existing topic against (C1). Read from the
     /// server, not the cache, so a topic re-provisioned or deleted by
     /// another process shows as it is.
-    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "nats", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         validate_topic(topic)?;
         let owned = topic.to_owned();
@@ -473,8 +483,6 @@ impl EventBus for NatsBus {
             // always`, which a client cannot read (scripts/nats*.sh set it).
             .ack_durability(bus_core::AckDurability::Unknown)
     }
-
-    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "nats", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -482,8 +490,6 @@ impl EventBus for NatsBus {
     ) -> Result<Vec<PublishAck>, BusError> {
         self.publish_records(topic, records)
     }
-
-    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "nats", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,

@@ -112,27 +112,41 @@ impl PostgresBus {
 }
 
 impl AsyncEventBus for PostgresBus {
-    bus_core::async_publish_through_publish_one!("postgres");
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(self.publish_one_async(topic, key, value, None))
+    }
+
+    /// A malformed UID is refused before anything is queued (contract C12).
+    fn publish_idempotent<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: &'a str,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            bus_core::validate_uid(event_uid)?;
+            self.publish_one_async(topic, key, value, Some(event_uid))
+                .await
+        })
+    }
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
-                "bus.publish_batch",
-                "postgres",
-                topic,
-                records = records.len()
-            ),
-            async move {
-                for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
-                    validate_uid(uid)?;
-                }
-                self.publish_async(topic, records).await
-            },
-        )
+        Box::pin(async move {
+            for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
+                validate_uid(uid)?;
+            }
+            self.publish_async(topic, records).await
+        })
     }
 
     fn fetch<'a>(
@@ -142,24 +156,14 @@ impl AsyncEventBus for PostgresBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
-                "bus.fetch",
-                "postgres",
-                topic,
-                partition = partition,
-                offset = offset,
-                max = max
-            ),
-            bounded("fetch", self.timeout(), async move {
-                let topic = self.topic_async(topic).await?;
-                check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-                if max == 0 {
-                    return Ok(Vec::new());
-                }
-                fetch::fetch(&self.core.shared, &topic, partition, offset, max).await
-            }),
-        )
+        Box::pin(bounded("fetch", self.timeout(), async move {
+            let topic = self.topic_async(topic).await?;
+            check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+            if max == 0 {
+                return Ok(Vec::new());
+            }
+            fetch::fetch(&self.core.shared, &topic, partition, offset, max).await
+        }))
     }
 
     fn find_event_by_uid<'a>(
@@ -168,24 +172,16 @@ impl AsyncEventBus for PostgresBus {
         key: &'a str,
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
-                "bus.find_event_by_uid",
-                "postgres",
-                topic,
-                uid = ::tracing::field::display(event_uid)
-            ),
-            bounded("find by UID", self.timeout(), async move {
-                let state = self.topic_async(topic).await?;
-                let partition = uid_partition(&state.spec, key, event_uid)?;
-                let found = fetch::find(&self.core.shared, &state, partition, event_uid).await?;
-                Ok(found.map(|offset| PublishAck {
-                    topic: state.spec.name.clone(),
-                    partition,
-                    offset,
-                }))
-            }),
-        )
+        Box::pin(bounded("find by UID", self.timeout(), async move {
+            let state = self.topic_async(topic).await?;
+            let partition = uid_partition(&state.spec, key, event_uid)?;
+            let found = fetch::find(&self.core.shared, &state, partition, event_uid).await?;
+            Ok(found.map(|offset| PublishAck {
+                topic: state.spec.name.clone(),
+                partition,
+                offset,
+            }))
+        }))
     }
 
     fn offsets<'a>(
@@ -193,14 +189,11 @@ impl AsyncEventBus for PostgresBus {
         topic: &'a str,
         partition: u32,
     ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.offsets", "postgres", topic, partition = partition),
-            bounded("offsets", self.timeout(), async move {
-                let topic = self.topic_async(topic).await?;
-                check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-                fetch::offsets(&self.core.shared, &topic, partition).await
-            }),
-        )
+        Box::pin(bounded("offsets", self.timeout(), async move {
+            let topic = self.topic_async(topic).await?;
+            check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+            fetch::offsets(&self.core.shared, &topic, partition).await
+        }))
     }
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
@@ -210,13 +203,10 @@ impl AsyncEventBus for PostgresBus {
     }
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.provision", "postgres"),
-            bounded("provision", self.timeout(), async move {
-                manifest.validate()?;
-                topics::provision(&self.core.shared, manifest).await
-            }),
-        )
+        Box::pin(bounded("provision", self.timeout(), async move {
+            manifest.validate()?;
+            topics::provision(&self.core.shared, manifest).await
+        }))
     }
 
     fn topics<'a>(&'a self) -> BoxFuture<'a, Result<Vec<String>, BusError>> {
@@ -231,12 +221,9 @@ impl AsyncEventBus for PostgresBus {
         &'a self,
         topic: &'a str,
     ) -> BoxFuture<'a, Result<Option<bus_core::TopicSpec>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.topic_spec", "postgres", topic),
-            bounded("topic lookup", self.timeout(), async move {
-                Ok(Some(self.topic_async(topic).await?.spec.clone()))
-            }),
-        )
+        Box::pin(bounded("topic lookup", self.timeout(), async move {
+            Ok(Some(self.topic_async(topic).await?.spec.clone()))
+        }))
     }
 
     /// Through the sync call on the blocking pool (it runs on the

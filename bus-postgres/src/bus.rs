@@ -103,9 +103,26 @@ impl EventBus for PostgresBus {
         Ok(())
     }
 
-    bus_core::publish_through_publish_one!("postgres");
+    fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<PublishAck, BusError> {
+        self.publish_one(topic, key, value, None)
+    }
 
-    #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "postgres", topic = %topic, uid = %event_uid))]
+    /// A malformed UID is refused before anything is written (contract C12).
+    fn publish_idempotent(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: &str,
+    ) -> Result<PublishAck, BusError> {
+        bus_core::validate_uid(event_uid)?;
+        self.publish_one(topic, key, value, Some(event_uid))
+    }
     fn find_event_by_uid(
         &self,
         topic: &str,
@@ -125,8 +142,6 @@ impl EventBus for PostgresBus {
             offset,
         }))
     }
-
-    #[tracing::instrument(name = "bus.fetch", skip_all, fields(backend = "postgres", topic = %topic, partition = partition, offset = offset, max = max))]
     fn fetch(
         &self,
         topic: &str,
@@ -153,8 +168,6 @@ impl EventBus for PostgresBus {
                 self.core.shared.cached_names()
             })
     }
-
-    #[tracing::instrument(name = "bus.maintenance", skip_all, fields(backend = "postgres"))]
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         let names = self.core.run("list topics", |shared| async move {
             topics::names(&shared).await
@@ -171,8 +184,6 @@ impl EventBus for PostgresBus {
         }
         Ok(expired)
     }
-
-    #[tracing::instrument(name = "bus.provision", skip_all, fields(backend = "postgres"))]
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let manifest = manifest.clone();
@@ -190,17 +201,12 @@ impl EventBus for PostgresBus {
     }
 
     /// The spec from the topics table (cached after the first lookup).
-    #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "postgres", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
         Ok(Some(self.core.topic(topic)?.spec.clone()))
     }
-
-    #[tracing::instrument(name = "bus.offsets", skip_all, fields(backend = "postgres", topic = %topic, partition = partition))]
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         self.core.offsets(topic, partition)
     }
-
-    #[tracing::instrument(name = "bus.publish_batch", skip_all, fields(backend = "postgres", topic = %topic, records = records.len()))]
     fn publish_batch(
         &self,
         topic: &str,
@@ -213,8 +219,6 @@ impl EventBus for PostgresBus {
         }
         self.publish_records(topic, records)
     }
-
-    #[tracing::instrument(name = "bus.subscribe", skip_all, fields(backend = "postgres", topic = %topic))]
     fn subscribe(
         &self,
         topic: &str,
