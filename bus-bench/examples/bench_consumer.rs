@@ -2,7 +2,7 @@
 //! beside a publish (issue #28).
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example bench_consumer -- [--records N] [--dir DIR]
+//! cargo run --release -p bus-bench --example bench_consumer -- [--records N] [--dir DIR]
 //! ```
 //!
 //! One topic of one partition under `Durability::Sync` (the default). Rows:

@@ -2,7 +2,7 @@
 //! capture-pane): `tail --follow` read live and stopped with Ctrl-C, and the
 //! progress line of a long publish. Skips loudly without tmux
 //! (scripts/install-deps.sh installs it).
-#![cfg(all(feature = "cli", feature = "embedded"))]
+#![cfg(feature = "embedded")]
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,8 +2,8 @@
 //! reference it is judged against, measured in the same run on the same disk.
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example bench_embedded -- [--records N] [--json] [--dir DIR]
-//! cargo run --release -p bus-embedded --example bench_embedded -- --compression [--records N] [--dir DIR]
+//! cargo run --release -p bus-bench --example bench_embedded -- [--records N] [--json] [--dir DIR]
+//! cargo run --release -p bus-bench --example bench_embedded -- --compression [--records N] [--dir DIR]
 //! ```
 //!
 //! `--compression` runs only the compression table: the same batch fill,

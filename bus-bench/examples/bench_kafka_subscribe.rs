@@ -1,7 +1,7 @@
 //! Live subscriptions of bus-kafka beside raw rdkafka consumers.
 //!
 //! ```text
-//! BUS_KAFKA_BROKERS=127.0.0.1:9092 cargo run --release -p bus-reference --features kafka \
+//! BUS_KAFKA_BROKERS=127.0.0.1:9092 cargo run --release -p bus-bench --features kafka \
 //!     --example bench_kafka_subscribe -- [--serial N] [--fanout N] [--subscribers N] [--idle-secs N]
 //! ```
 //! - latency: one bus subscription and one raw consumer assigned to the same

@@ -1,7 +1,7 @@
 //! bus-nats against the raw async-nats client, same server, same work:
 //!
 //! ```text
-//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-reference --features nats --example bench_nats -- \
+//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-bench --features nats --example bench_nats -- \
 //!     [--records 1000000] [--serial 5000] [--batch 100000] [--server-pid PID]
 //! ```
 //!
@@ -15,10 +15,10 @@
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
+use bus_bench::nats::RawNats;
 use bus_conformance::util::steal_ticks;
 use bus_core::{BatchRecord, EventBus, EventBusExt, Manifest, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
-use bus_reference::nats::RawNats;
 use futures::StreamExt;
 use serde_json::{Value, json};
 

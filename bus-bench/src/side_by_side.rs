@@ -1,34 +1,47 @@
-//! What each backend's figures are compared with, measured in the same run.
+//! `bus bench` with the raw clients beside the bus: the command's own
+//! phases and table (`bus_cli::bench`), with each network backend's figures
+//! next to plain async-nats, rdkafka or tokio-postgres doing the same work in
+//! the same run. The published `bus` binary cannot depend on this
+//! unpublished crate, so it measures the bus alone (plus the disk's bare
+//! `fdatasync` under the embedded log); this is the side-by-side, run as
+//! `cargo run --release -p bus-bench --features nats,kafka,postgres
+//! --example bench_side_by_side -- [bus bench flags]`.
 
-use std::io::Write;
 use std::time::Instant;
 
-use bus::BusError;
+use bus_cli::references::{self, References};
+use bus_core::{BusError, EventBus};
 
-/// Bare durable-append rate of the disk under `dir`: `bytes`-long appends,
-/// each followed by `fdatasync`, for `count` rounds. Records per second.
-pub fn fsync_rate(dir: &std::path::Path, bytes: usize, count: usize) -> Result<f64, BusError> {
-    let path = dir.join("fsync-probe");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
-    let line = vec![b'x'; bytes];
-    let start = Instant::now();
-    for _ in 0..count {
-        file.write_all(&line)?;
-        file.sync_data()?;
-    }
-    let rate = count as f64 / start.elapsed().as_secs_f64().max(1e-9);
-    drop(file);
-    std::fs::remove_file(&path)?;
-    Ok(rate)
-}
+/// The raw-client references of every backend compiled into this crate, and
+/// the disk reference of `bus bench` for the embedded log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawClients;
 
-/// Attaches `reference_per_s` to the row of `phase`.
-fn against(rows: &mut [super::bench::Row], phase: &str, reference: &str, reference_per_s: f64) {
-    for row in rows.iter_mut().filter(|row| row.phase == phase) {
-        *row = row.clone().against(reference, reference_per_s);
+impl References for RawClients {
+    fn attach(
+        &self,
+        bus: &dyn EventBus,
+        backend: &str,
+        url: &str,
+        tag: &str,
+        dir: &std::path::Path,
+        settings: bus_cli::bench::Settings,
+        rows: &mut [bus_cli::bench::Row],
+    ) -> Result<(), BusError> {
+        let _ = (bus, url, tag);
+        #[cfg(feature = "nats")]
+        if backend == "nats" {
+            nats_reference(url, tag, settings, rows)?;
+        }
+        #[cfg(feature = "kafka")]
+        if backend == "kafka" {
+            kafka_reference(bus, url, tag, settings, rows)?;
+        }
+        #[cfg(feature = "postgres")]
+        if backend == "postgres" {
+            postgres_reference(bus, url, tag, settings, rows)?;
+        }
+        references::Disk.attach(bus, backend, url, tag, dir, settings, rows)
     }
 }
 
@@ -36,20 +49,22 @@ fn against(rows: &mut [super::bench::Row], phase: &str, reference: &str, referen
 /// the bus provisioned.
 #[cfg(feature = "kafka")]
 fn kafka_reference(
-    bus: &dyn bus::EventBus,
+    bus: &dyn EventBus,
     url: &str,
     tag: &str,
-    settings: super::bench::Settings,
-    rows: &mut [super::bench::Row],
+    settings: bus_cli::bench::Settings,
+    rows: &mut [bus_cli::bench::Row],
 ) -> Result<(), BusError> {
-    use super::bench::event;
+    use bus_cli::bench::event;
     let brokers = url.trim_start_matches("kafka://");
     let brokers = brokers.split('?').next().unwrap_or(brokers);
     let topic = format!("bench-{tag}-raw");
-    bus.provision(&bus::Manifest::new([
-        bus::TopicSpec::new(topic.clone(), 1).with_replication_factor(settings.replication)
-    ]))?;
-    let raw = bus_reference::kafka::RawKafka::new(brokers, &topic)?;
+    bus.provision(&bus_core::Manifest::new([bus_core::TopicSpec::new(
+        topic.clone(),
+        1,
+    )
+    .with_replication_factor(settings.replication)]))?;
+    let raw = crate::kafka::RawKafka::new(brokers, &topic)?;
     let serial: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
         .collect();
@@ -64,9 +79,9 @@ fn kafka_reference(
     let start = Instant::now();
     let seen = raw.replay()?;
     let replay_rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
-    against(rows, "serial publish", "raw rdkafka", serial_rate);
-    against(rows, "batch publish (1000/call)", "raw rdkafka", batch_rate);
-    against(
+    references::against(rows, "serial publish", "raw rdkafka", serial_rate);
+    references::against(rows, "batch publish (1000/call)", "raw rdkafka", batch_rate);
+    references::against(
         rows,
         "sequential replay (1000/fetch)",
         "raw rdkafka",
@@ -79,21 +94,23 @@ fn kafka_reference(
 /// serial, batch and replay work, on a topic the bus provisioned.
 #[cfg(feature = "postgres")]
 fn postgres_reference(
-    bus: &dyn bus::EventBus,
+    bus: &dyn EventBus,
     url: &str,
     tag: &str,
-    settings: super::bench::Settings,
-    rows: &mut [super::bench::Row],
+    settings: bus_cli::bench::Settings,
+    rows: &mut [bus_cli::bench::Row],
 ) -> Result<(), BusError> {
-    use super::bench::event;
+    use bus_cli::bench::event;
     let events: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
         .collect();
     let topic = format!("bench-{tag}-raw");
-    bus.provision(&bus::Manifest::new([
-        bus::TopicSpec::new(topic.clone(), 1).with_replication_factor(settings.replication)
-    ]))?;
-    let mut raw = bus_reference::postgres::RawPostgres::new(url, &topic)?;
+    bus.provision(&bus_core::Manifest::new([bus_core::TopicSpec::new(
+        topic.clone(),
+        1,
+    )
+    .with_replication_factor(settings.replication)]))?;
+    let mut raw = crate::postgres::RawPostgres::new(url, &topic)?;
     let start = Instant::now();
     raw.serial(&events)?;
     let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
@@ -105,14 +122,14 @@ fn postgres_reference(
     let start = Instant::now();
     let seen = raw.replay(1_000)?;
     let replay_rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
-    against(rows, "serial publish", "raw tokio-postgres", serial_rate);
-    against(
+    references::against(rows, "serial publish", "raw tokio-postgres", serial_rate);
+    references::against(
         rows,
         "batch publish (1000/call)",
         "raw tokio-postgres",
         batch_rate,
     );
-    against(
+    references::against(
         rows,
         "sequential replay (1000/fetch)",
         "raw tokio-postgres",
@@ -126,15 +143,15 @@ fn postgres_reference(
 fn nats_reference(
     url: &str,
     tag: &str,
-    settings: super::bench::Settings,
-    rows: &mut [super::bench::Row],
+    settings: bus_cli::bench::Settings,
+    rows: &mut [bus_cli::bench::Row],
 ) -> Result<(), BusError> {
-    use super::bench::event;
+    use bus_cli::bench::event;
     let servers = bus_nats::NatsOptions::from_url(url)?.servers;
     let events: Vec<serde_json::Value> = (0..settings.records)
         .map(|i| event(i, settings.event_bytes))
         .collect();
-    let serial = bus_reference::nats::RawNats::replicated(
+    let serial = crate::nats::RawNats::replicated(
         &servers,
         &format!("bench-{tag}-raw-serial"),
         settings.replication,
@@ -143,7 +160,7 @@ fn nats_reference(
     serial.serial(&events)?;
     let serial_rate = events.len() as f64 / start.elapsed().as_secs_f64().max(1e-9);
     drop(serial);
-    let batch = bus_reference::nats::RawNats::replicated(
+    let batch = crate::nats::RawNats::replicated(
         &servers,
         &format!("bench-{tag}-raw-batch"),
         settings.replication,
@@ -154,14 +171,14 @@ fn nats_reference(
     let start = Instant::now();
     let seen = batch.replay()?;
     let replay_rate = seen as f64 / start.elapsed().as_secs_f64().max(1e-9);
-    against(rows, "serial publish", "raw async-nats", serial_rate);
-    against(
+    references::against(rows, "serial publish", "raw async-nats", serial_rate);
+    references::against(
         rows,
         "batch publish (1000/call)",
         "raw async-nats",
         batch_rate,
     );
-    against(
+    references::against(
         rows,
         "sequential replay (1000/fetch)",
         "raw async-nats",
@@ -172,19 +189,19 @@ fn nats_reference(
 
 /// Raw async-nats ordered push consumers doing the subscription phases'
 /// work: delivery latency (serial publisher, each publish waiting for the
-/// receipt) and fan-out to [`super::bench_subscribe::FAN_OUT`] consumers.
+/// receipt) and fan-out to [`bus_cli::bench_subscribe::FAN_OUT`] consumers.
 #[cfg(feature = "nats")]
 fn nats_subscription_reference(
     servers: &[String],
     tag: &str,
-    settings: super::bench::Settings,
-    rows: &mut [super::bench::Row],
+    settings: bus_cli::bench::Settings,
+    rows: &mut [bus_cli::bench::Row],
 ) -> Result<(), BusError> {
     use std::sync::{Arc, Mutex, mpsc};
 
-    use super::bench::event;
-    use super::bench_subscribe::FAN_OUT;
-    use bus_reference::nats::{RawNats, spawn_push_readers};
+    use crate::nats::{RawNats, spawn_push_readers};
+    use bus_cli::bench::event;
+    use bus_cli::bench_subscribe::FAN_OUT;
 
     let samples = settings.samples.max(10);
     let raw = RawNats::replicated(
@@ -220,7 +237,7 @@ fn nats_subscription_reference(
         .join()
         .map_err(|_| BusError::backend("bus", "bench: raw push reader panicked"))??;
     drop(raw);
-    let delivery = super::bench::Row::new("nats", "raw").latencies(&mut deliveries);
+    let delivery = bus_cli::bench::Row::new("nats", "raw").latencies(&mut deliveries);
 
     let records = settings.records.max(1_000) / 1_000 * 1_000;
     let raw = RawNats::replicated(
@@ -259,53 +276,11 @@ fn nats_subscription_reference(
                 .against_latency("raw async-nats push p50", delivery.p50_us.unwrap_or(0.0));
         }
     }
-    against(
+    references::against(
         rows,
         &format!("fan-out ({FAN_OUT} subscribers)"),
         "raw async-nats push",
         fanout_rate,
     );
-    Ok(())
-}
-
-/// Measures `backend`'s references and attaches them to its rows.
-pub fn attach(
-    bus: &dyn bus::EventBus,
-    backend: &str,
-    url: &str,
-    tag: &str,
-    dir: &std::path::Path,
-    settings: super::bench::Settings,
-    rows: &mut [super::bench::Row],
-) -> Result<(), BusError> {
-    let _ = (bus, url, tag);
-    #[cfg(feature = "nats")]
-    if backend == "nats" {
-        nats_reference(url, tag, settings, rows)?;
-    }
-    #[cfg(feature = "kafka")]
-    if backend == "kafka" {
-        kafka_reference(bus, url, tag, settings, rows)?;
-    }
-    #[cfg(feature = "postgres")]
-    if backend == "postgres" {
-        postgres_reference(bus, url, tag, settings, rows)?;
-    }
-    if backend == "embedded" {
-        let rate = fsync_rate(
-            dir,
-            settings.event_bytes,
-            settings.records.clamp(200, 2_000),
-        )?;
-        let serial = rows
-            .iter()
-            .find(|row| row.phase == "serial publish")
-            .and_then(|row| row.records_per_s);
-        against(rows, "serial publish", "bare write+fdatasync", rate);
-        if let Some(serial) = serial {
-            let phase = format!("{}-thread publish", settings.threads);
-            against(rows, &phase, "serial publish (this run)", serial);
-        }
-    }
     Ok(())
 }

@@ -1,11 +1,11 @@
 //! bus-postgres beside a raw tokio-postgres client running the bus's own SQL
-//! (`bus_reference::postgres`) in the same run: serial and 16-thread
+//! (`bus_bench::postgres`) in the same run: serial and 16-thread
 //! publish, batch publish, replay, find by UID and subscription delivery
 //! latency.
 //!
 //! ```text
 //! BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:5433/bus \
-//!   cargo run --release -p bus-reference --features postgres --example bench_postgres [RECORDS]
+//!   cargo run --release -p bus-bench --features postgres --example bench_postgres [RECORDS]
 //! ```
 //!
 //! Every phase writes to one-partition topics, so concurrent publishers meet
@@ -16,11 +16,11 @@
 
 use std::time::{Duration, Instant};
 
+use bus_bench::postgres::RawConn;
 use bus_core::{
     BatchRecord, EventBus, EventBusExt, Manifest, Selector, StartAt, SubscribeOptions, TopicSpec,
 };
 use bus_postgres::{PostgresBus, PostgresOptions};
-use bus_reference::postgres::RawConn;
 use futures::StreamExt;
 use serde_json::json;
 use tokio_postgres::{AsyncMessage, NoTls};

@@ -1,7 +1,7 @@
 //! Benchmark: what live subscribers cost the publisher (issue #26, item 8).
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example bench_subscribers -- [--scale F] [--dir DIR] [--subs 0,16,256]
+//! cargo run --release -p bus-bench --example bench_subscribers -- [--scale F] [--dir DIR] [--subs 0,16,256]
 //! ```
 //!
 //! For the memory bus and the embedded writer (`Durability::Interval(5)`

@@ -1,7 +1,7 @@
 //! bus-kafka against raw rdkafka doing the same work on the same broker.
 //!
 //! ```text
-//! cargo run --release -p bus-reference --features kafka --example bench_kafka -- \
+//! cargo run --release -p bus-bench --features kafka --example bench_kafka -- \
 //!     [--brokers H:P] [--serial N] [--batch N] [--rounds N] [--broker-pid PID]
 //! ```
 //! Each workload runs `--rounds` times, bus and raw interleaved, and the
@@ -11,10 +11,10 @@
 
 use std::time::{Duration, Instant};
 
+use bus_bench::kafka::RawKafka;
 use bus_conformance::util::steal_ticks;
 use bus_core::{BatchRecord, EventBus, Manifest, StoredEvent, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions};
-use bus_reference::kafka::RawKafka;
 use serde_json::{Value, json};
 
 const PAGE: usize = 1_000;

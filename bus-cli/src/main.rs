@@ -8,11 +8,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-mod cli;
-
-use cli::args::{Cli, Command, DEFAULT_URL, ProfileCommand};
-use cli::exit::Failure;
-use cli::{commands, profile, publish, tail};
+use bus_cli::args::{Cli, Command, DEFAULT_URL, ProfileCommand};
+use bus_cli::exit::Failure;
+use bus_cli::{commands, profile, publish, tail};
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -22,7 +20,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
-    cli::logging::install(cli.verbose);
+    bus_cli::logging::install(cli.verbose);
     match run(cli, url_from_command_line) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) if failure.is_broken_pipe() => ExitCode::SUCCESS,
@@ -152,20 +150,24 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             idle_secs,
             replication_factor,
         } => {
-            let settings = cli::bench::Settings {
+            let settings = bus_cli::bench::Settings {
                 records,
                 event_bytes,
                 threads,
                 samples,
                 replication: replication_factor,
             };
-            cli::run_bench(
+            // The bus alone, beside the disk's bare fdatasync for the
+            // embedded log: the raw-client side-by-side lives in the
+            // unpublished bus-bench member (example bench_side_by_side).
+            bus_cli::run_bench(
                 named_url.as_deref(),
                 settings,
                 std::time::Duration::from_secs(idle_secs),
                 &only,
                 json,
                 compare.as_deref(),
+                &bus_cli::references::Disk,
                 &mut out,
             )?;
         }

@@ -48,7 +48,8 @@ pub struct Row {
 }
 
 impl Row {
-    pub(crate) fn new(backend: &str, phase: &str) -> Self {
+    /// An empty row of `backend`'s `phase`.
+    pub fn new(backend: &str, phase: &str) -> Self {
         Self {
             backend: backend.to_owned(),
             phase: phase.to_owned(),
@@ -62,7 +63,9 @@ impl Row {
         }
     }
 
-    pub(crate) fn throughput(
+    /// Fills the rate of `records` of `bytes` each in `took`, and the
+    /// percentiles of `latencies`.
+    pub fn throughput(
         mut self,
         records: usize,
         bytes: usize,
@@ -75,7 +78,8 @@ impl Row {
         self.latencies(latencies)
     }
 
-    pub(crate) fn latencies(mut self, latencies: &mut [Duration]) -> Self {
+    /// Fills the p50 and p99 of `latencies` (sorted in place).
+    pub fn latencies(mut self, latencies: &mut [Duration]) -> Self {
         if !latencies.is_empty() {
             latencies.sort_unstable();
             // Nearest-rank percentiles: index = ceil(n * pct / 100) - 1.

@@ -2,7 +2,7 @@
 //! consumers, same server, same run.
 //!
 //! ```text
-//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-reference --features nats \
+//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-bench --features nats \
 //!     --example bench_nats_subscribe -- [--serial N] [--fanout N] [--subscribers N] [--idle-secs N]
 //! ```
 //! - latency: one bus subscription and one raw ordered push consumer of the
@@ -20,13 +20,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bus_bench::nats::spawn_push_readers;
 use bus_core::{
     BatchRecord, EventBus, Manifest, Selector, StartAt, SubscribeOptions, SubscriptionItem,
     TopicSpec,
 };
 use bus_nats::naming::stream_name;
 use bus_nats::{NatsBus, NatsOptions};
-use bus_reference::nats::spawn_push_readers;
 use serde_json::{Value, json};
 
 struct Args {
@@ -319,5 +319,5 @@ fn main() {
     );
     let prefix = bus.prefix().to_owned();
     drop(bus);
-    bus_reference::nats::delete_streams(&servers.join(","), &prefix);
+    bus_bench::nats::delete_streams(&servers.join(","), &prefix);
 }

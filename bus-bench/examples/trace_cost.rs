@@ -6,8 +6,8 @@
 //! Build it twice and run the two side by side, in turns, on one machine:
 //!
 //! ```text
-//! cargo build --release -p bus-embedded --example trace_cost
-//! CARGO_TARGET_DIR=target/trace-off cargo build --release -p bus-embedded \
+//! cargo build --release -p bus-bench --example trace_cost
+//! CARGO_TARGET_DIR=target/trace-off cargo build --release -p bus-bench \
 //!     --example trace_cost --features tracing/max_level_off
 //! ```
 //!

@@ -5,8 +5,8 @@
 //! prints a table, not a timed test.
 //!
 //! ```sh
-//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-reference --features nats,postgres --example subscription_resources
-//! BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:5433/bus cargo run --release -p bus-reference --features nats,postgres --example subscription_resources
+//! BUS_NATS_URL=nats://127.0.0.1:4222 cargo run --release -p bus-bench --features nats,postgres --example subscription_resources
+//! BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:5433/bus cargo run --release -p bus-bench --features nats,postgres --example subscription_resources
 //! ```
 //! `LOOP=N` sets the subscribe/drop iterations (10,000), `PUBLISHES=N` the
 //! publishes per rate (2,000).
@@ -153,7 +153,7 @@ fn main() {
         let bus = bus_nats::NatsBus::connect_with(options).expect("connect");
         measure("nats", &bus);
         drop(bus);
-        bus_reference::nats::delete_streams(url.trim_start_matches("nats://"), &prefix);
+        bus_bench::nats::delete_streams(url.trim_start_matches("nats://"), &prefix);
     }
     if let Ok(url) = std::env::var("BUS_POSTGRES_URL") {
         let schema = format!("res_{id}");

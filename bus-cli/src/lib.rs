@@ -1,4 +1,7 @@
-//! The `bus` command's pieces.
+//! The `bus` command's pieces, as a library so the workspace's benchmarks
+//! member (`bus-bench`) can run `bus bench`'s phases with raw-client
+//! references beside them ([`references::References`]). The binary
+//! (`src/main.rs`) is the product; this library is not a stable API.
 
 pub mod args;
 pub mod bench;
@@ -46,7 +49,9 @@ fn bench_targets(url: Option<&str>) -> Result<Vec<(&'static str, String)>, BusEr
     Ok(targets)
 }
 
-/// `bus bench`: the backend `url` names, or every reachable one; one table.
+/// `bus bench`: the backend `url` names, or every reachable one; one table,
+/// each backend's rows next to what `references` measures in the same run.
+#[allow(clippy::too_many_arguments)]
 pub fn run_bench(
     url: Option<&str>,
     settings: bench::Settings,
@@ -54,6 +59,7 @@ pub fn run_bench(
     only: &[String],
     json: bool,
     compare: Option<&std::path::Path>,
+    references: &dyn references::References,
     out: &mut impl Write,
 ) -> Result<(), BusError> {
     let tag = format!("{:x}", bus::now_ms());
@@ -90,7 +96,7 @@ pub fn run_bench(
             settings,
             idle,
         )?);
-        references::attach(
+        references.attach(
             bus.as_ref(),
             backend,
             &url,

@@ -1,5 +1,5 @@
 //! The `bus` binary, driven as a user would, through pipes.
-#![cfg(all(feature = "cli", feature = "embedded"))]
+#![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used)]
 
 mod basics;

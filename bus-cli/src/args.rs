@@ -168,8 +168,8 @@ pub enum Command {
         /// Seconds an idle subscription is watched for CPU use (0 skips it).
         #[arg(long, default_value_t = 10)]
         idle_secs: u64,
-        /// Replication factor of the bench topics and of the raw client's
-        /// streams/topics beside them: 3 on a 3-node cluster shows what
+        /// Replication factor of the bench topics (and, in bus-bench's
+        /// bench_side_by_side, of the raw clients' streams/topics beside them): 3 on a 3-node cluster shows what
         /// replication costs.
         #[arg(long, default_value_t = 1)]
         replication_factor: u16,

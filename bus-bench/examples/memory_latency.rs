@@ -7,7 +7,7 @@
 //! overlap, no prefetch) and the time per step is the load latency.
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example memory_latency
+//! cargo run --release -p bus-bench --example memory_latency
 //! ```
 #![allow(
     clippy::unwrap_used,

@@ -3,7 +3,7 @@
 //! subscribers, and the CPU an idle subscription uses.
 //!
 //! ```text
-//! cargo run --release -p bus-embedded --example bench_subscribe -- [--records N] [--samples N] [--idle-secs S] [--dir DIR]
+//! cargo run --release -p bus-bench --example bench_subscribe -- [--records N] [--samples N] [--idle-secs S] [--dir DIR]
 //! ```
 //!
 //! - latency: one subscriber (`StartAt::Now`) on its own thread, one serial
