@@ -7,6 +7,7 @@
 //! `cargo run --release -p bus-bench --features nats,kafka,postgres
 //! --example bench_side_by_side -- [bus bench flags]`.
 
+#[cfg(any(feature = "nats", feature = "kafka", feature = "postgres"))]
 use std::time::Instant;
 
 use bus_cli::references::{self, References};
