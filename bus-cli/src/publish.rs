@@ -279,9 +279,9 @@ fn bad_line(stored: &Stored, bad: &BadLine, batch_start: Option<usize>) -> Failu
 fn batch_failed(topic: &str, stored: &Stored, batch: &Batch, error: BusError) -> Failure {
     let culprit = batch.iter().find(|(_, record)| match &error {
         BusError::TooLarge { limit, .. } => {
-            bus::encode_value(topic, &record.value, *limit).is_err()
+            bus_core::backend::encode_value(topic, &record.value, *limit).is_err()
         }
-        BusError::TooDeep { limit, .. } => bus::json_depth(&record.value) > *limit,
+        BusError::TooDeep { limit, .. } => bus_core::backend::json_depth(&record.value) > *limit,
         _ => false,
     });
     let first = batch.first().map(|(n, _)| *n);

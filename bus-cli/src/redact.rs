@@ -117,7 +117,7 @@ fn secret_pass_through(text: &str) -> Option<usize> {
         return None;
     }
     let end = text.find(|c: char| c == '=' || c == '&' || ends_word(c))?;
-    (text[end..].starts_with('=') && bus::is_secret_setting(&text[PREFIX.len()..end]))
+    (text[end..].starts_with('=') && bus_core::backend::is_secret_setting(&text[PREFIX.len()..end]))
         .then_some(end)
 }
 

@@ -120,7 +120,7 @@ pub fn tail(
     let partitions = match (&options.key, options.partition) {
         (Some(key), _) => vec![partition_for(key, bus.partitions(topic)?)],
         (None, Some(partition)) => {
-            bus::check_partition(topic, partition, bus.partitions(topic)?)?;
+            bus_core::backend::check_partition(topic, partition, bus.partitions(topic)?)?;
             vec![partition]
         }
         (None, None) => (0..bus.partitions(topic)?).collect(),
@@ -179,7 +179,7 @@ fn start_offset(
     options: &TailOptions,
 ) -> Result<u64, BusError> {
     if let Some(time) = options.from_time {
-        return bus::subscription::resolve_start(bus, topic, partition, StartAt::Time(time));
+        return bus_core::backend::resolve_start(bus, topic, partition, StartAt::Time(time));
     }
     let offsets = bus.offsets(topic, partition)?;
     Ok(match options.from {

@@ -70,7 +70,7 @@ where
         })
 }
 
-/// `future` boxed to run in `span` (see [`async_span!`](crate::async_span)):
+/// `future` boxed to run in `span` (see [`async_span!`](crate::backend::async_span)):
 /// what an async-surface method returns, so its work is attributed to the
 /// operation as the sync surface's is.
 pub fn traced<'a, T>(

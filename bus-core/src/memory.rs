@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use crate::auth::{RecordAuth, RecordParts};
 use crate::subscription::{Doorbell, Plan};
 use crate::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
-    Manifest, PartitionOffsets, PreparedRecord, PublishAck, RawRecord, Selector, StartAt,
-    StoredEvent, SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms,
-    prepare_record, uid_partition, validate_topic,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, TopicSpec,
+    backend::DoorbellRegistry, backend::FetchFeed, backend::PreparedRecord, backend::RawRecord,
+    backend::check_partition, backend::prepare_record, backend::uid_partition,
+    backend::validate_topic, now_ms,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -301,7 +302,7 @@ impl EventBus for MemoryBus {
         Ok(())
     }
 
-    crate::publish_through_publish_one!("memory");
+    crate::backend::publish_through_publish_one!("memory");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "memory", topic = %topic_name, uid = %event_uid))]
     fn find_event_by_uid(

@@ -10,6 +10,7 @@
 /// uid: Option<&str>) -> Result<PublishAck, BusError>`. The argument is the
 /// backend's name, as the spans' `backend` field.
 #[macro_export]
+#[doc(hidden)]
 macro_rules! publish_through_publish_one {
     ($backend:tt) => {
         #[::tracing::instrument(name = "bus.publish", skip_all, fields(backend = $backend, topic = %topic))]
@@ -30,7 +31,7 @@ macro_rules! publish_through_publish_one {
             value: &::serde_json::Value,
             event_uid: &str,
         ) -> ::std::result::Result<$crate::PublishAck, $crate::BusError> {
-            $crate::validate_uid(event_uid)?;
+            $crate::backend::validate_uid(event_uid)?;
             self.publish_one(topic, key, value, Some(event_uid))
         }
     };
@@ -44,6 +45,7 @@ macro_rules! publish_through_publish_one {
 /// surface opens (the argument is the backend's name).
 #[cfg(feature = "async")]
 #[macro_export]
+#[doc(hidden)]
 macro_rules! async_publish_through_publish_one {
     ($backend:tt) => {
         fn publish<'a>(
@@ -74,7 +76,7 @@ macro_rules! async_publish_through_publish_one {
             );
             ::std::boxed::Box::pin(::tracing::Instrument::instrument(
                 async move {
-                    $crate::validate_uid(event_uid)?;
+                    $crate::backend::validate_uid(event_uid)?;
                     self.publish_one_async(topic, key, value, Some(event_uid))
                         .await
                 },
@@ -86,10 +88,11 @@ macro_rules! async_publish_through_publish_one {
 
 /// The span an async-surface operation's future runs in: the one the
 /// sync surface's `#[tracing::instrument]` opens for the same operation,
-/// e.g. `bus_core::async_span!("bus.fetch", "nats", topic, partition =
+/// e.g. `bus_core::backend::async_span!("bus.fetch", "nats", topic, partition =
 /// partition)`.
 #[cfg(feature = "async")]
 #[macro_export]
+#[doc(hidden)]
 macro_rules! async_span {
     ($name:literal, $backend:literal) => {
         ::tracing::info_span!($name, backend = $backend)
@@ -109,6 +112,7 @@ macro_rules! async_span {
 /// a worker thread).
 #[cfg(feature = "async")]
 #[macro_export]
+#[doc(hidden)]
 macro_rules! async_reads_through_blocking {
     ($blocking:ident) => {
         fn fetch<'a>(
@@ -156,6 +160,7 @@ macro_rules! async_reads_through_blocking {
 /// rare administrative calls that the sync surface already answers).
 #[cfg(feature = "async")]
 #[macro_export]
+#[doc(hidden)]
 macro_rules! async_admin_through_blocking {
     ($blocking:ident) => {
         fn topics<'a>(

@@ -24,7 +24,7 @@ impl EmbeddedBus {
         F: FnOnce(EmbeddedBus) -> Result<T, BusError> + Send + 'static,
     {
         let handle = self.handle();
-        bus_core::on_blocking_pool("embedded", what, move || work(handle)).await
+        bus_core::backend::on_blocking_pool("embedded", what, move || work(handle)).await
     }
 
     /// One record through the group commit, awaited.
@@ -78,15 +78,15 @@ impl EmbeddedBus {
 }
 
 impl AsyncEventBus for EmbeddedBus {
-    bus_core::async_publish_through_publish_one!("embedded");
+    bus_core::backend::async_publish_through_publish_one!("embedded");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
                 "bus.publish_batch",
                 "embedded",
                 topic,
@@ -96,8 +96,8 @@ impl AsyncEventBus for EmbeddedBus {
         )
     }
 
-    bus_core::async_reads_through_blocking!(blocking);
-    bus_core::async_admin_through_blocking!(blocking);
+    bus_core::backend::async_reads_through_blocking!(blocking);
+    bus_core::backend::async_admin_through_blocking!(blocking);
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         let owned = topic.to_owned();

@@ -28,7 +28,7 @@ use crate::client::{Delivery, Reply, Ticket, map_error, timed_out};
 use crate::publish::{Prepared, prepare_all, to_record};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, topics};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 impl KafkaBus {
     /// [`KafkaBus::connect`] for async code (see
@@ -75,7 +75,7 @@ impl KafkaBus {
 
     /// The topic's manifest entry when cached (no I/O).
     fn cached_entry(&self, topic: &str) -> Result<Option<Entry>, BusError> {
-        bus_core::validate_topic(topic)?;
+        bus_core::backend::validate_topic(topic)?;
         Ok(lock(&self.core.registry).cached(topic).cloned())
     }
 
@@ -148,7 +148,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, BusError> + Send + 'static,
 {
-    bus_core::on_blocking_pool("kafka", what, work).await
+    bus_core::backend::on_blocking_pool("kafka", what, work).await
 }
 
 /// [`crate::publish::produce`] for a task: records are queued strictly in
@@ -221,21 +221,26 @@ async fn produce_async(
 }
 
 impl AsyncEventBus for KafkaBus {
-    bus_core::async_publish_through_publish_one!("kafka");
+    bus_core::backend::async_publish_through_publish_one!("kafka");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.publish_batch", "kafka", topic, records = records.len()),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
+                "bus.publish_batch",
+                "kafka",
+                topic,
+                records = records.len()
+            ),
             self.publish_async(topic, records.to_vec()),
         )
     }
 
-    bus_core::async_reads_through_blocking!(blocking_async);
-    bus_core::async_admin_through_blocking!(blocking_async);
+    bus_core::backend::async_reads_through_blocking!(blocking_async);
+    bus_core::backend::async_admin_through_blocking!(blocking_async);
 
     fn partitions<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, Result<u32, BusError>> {
         Box::pin(async move { Ok(self.entry_async(topic).await?.spec.partitions) })

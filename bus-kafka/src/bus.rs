@@ -4,12 +4,12 @@
 use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    uid_partition,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::check_partition, backend::uid_partition,
 };
 
 use crate::{KafkaBus, fetch, topics};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 impl EventBus for KafkaBus {
     fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
@@ -28,7 +28,7 @@ impl EventBus for KafkaBus {
         Ok(())
     }
 
-    bus_core::publish_through_publish_one!("kafka");
+    bus_core::backend::publish_through_publish_one!("kafka");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "kafka", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(
@@ -155,7 +155,7 @@ impl EventBus for KafkaBus {
     /// first, so a topic another bus provisioned or deleted shows as it is.
     #[tracing::instrument(name = "bus.topic_spec", skip_all, fields(backend = "kafka", topic = %topic))]
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
-        bus_core::validate_topic(topic)?;
+        bus_core::backend::validate_topic(topic)?;
         let core = &self.core;
         let mut registry = lock(&core.registry);
         registry.refresh(&core.options, &core.pool.meta(), self.deadline())?;

@@ -15,11 +15,11 @@
 use std::sync::Arc;
 
 use async_nats::jetstream;
-use bus_core::executor::bounded;
+use bus_core::backend::executor::bounded;
 use bus_core::{
     AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
-    Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, check_partition,
-    uid_partition, validate_topic,
+    Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, backend::check_partition,
+    backend::uid_partition, backend::validate_topic,
 };
 
 use crate::bus::{connect_client, jetstream_of};
@@ -103,7 +103,7 @@ impl NatsBus {
         F: FnOnce(NatsBus) -> Result<T, BusError> + Send + 'static,
     {
         let bus = self.handle(tokio::runtime::Handle::current());
-        bus_core::on_blocking_pool("nats", what, move || work(bus)).await
+        bus_core::backend::on_blocking_pool("nats", what, move || work(bus)).await
     }
 
     /// The topic from the cache, else from the server (contract C2).
@@ -194,15 +194,20 @@ impl NatsBus {
 }
 
 impl AsyncEventBus for NatsBus {
-    bus_core::async_publish_through_publish_one!("nats");
+    bus_core::backend::async_publish_through_publish_one!("nats");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.publish_batch", "nats", topic, records = records.len()),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
+                "bus.publish_batch",
+                "nats",
+                topic,
+                records = records.len()
+            ),
             async move {
                 let records: Vec<_> = records
                     .iter()
@@ -220,8 +225,8 @@ impl AsyncEventBus for NatsBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
                 "bus.fetch",
                 "nats",
                 topic,
@@ -248,8 +253,8 @@ impl AsyncEventBus for NatsBus {
         key: &'a str,
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
                 "bus.find_event_by_uid",
                 "nats",
                 topic,
@@ -268,8 +273,8 @@ impl AsyncEventBus for NatsBus {
         topic: &'a str,
         partition: u32,
     ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.offsets", "nats", topic, partition = partition),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!("bus.offsets", "nats", topic, partition = partition),
             bounded("offsets", self.shared.timeout, async move {
                 let state = self.topic_async(topic).await?;
                 check_partition(topic, partition, state.spec.partitions)?;
@@ -285,8 +290,8 @@ impl AsyncEventBus for NatsBus {
     }
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.provision", "nats"),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!("bus.provision", "nats"),
             bounded("provision", self.shared.timeout, async move {
                 manifest.validate()?;
                 for spec in topics::provision(&self.shared, manifest).await? {
@@ -297,7 +302,7 @@ impl AsyncEventBus for NatsBus {
         )
     }
 
-    bus_core::async_admin_through_blocking!(blocking);
+    bus_core::backend::async_admin_through_blocking!(blocking);
 
     fn subscribe<'a>(
         &'a self,
@@ -306,9 +311,9 @@ impl AsyncEventBus for NatsBus {
         start: StartAt,
         options: SubscribeOptions,
     ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
-        let span = bus_core::async_span!("bus.subscribe", "nats", topic);
+        let span = bus_core::backend::async_span!("bus.subscribe", "nats", topic);
         let topic = topic.to_owned();
-        bus_core::traced(
+        bus_core::backend::traced(
             span,
             self.blocking("subscribe", move |bus| {
                 bus.subscribe_live(&topic, &selector, start, options)?

@@ -9,12 +9,12 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bus_core::executor::bounded;
+use bus_core::backend::executor::bounded;
 use bus_core::{AsyncEventBus, BoxFuture};
 use bus_core::{
     BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
-    SubscribeOptions, SubscriptionStream, check_partition, uid_partition, validate_topic,
-    validate_uid,
+    SubscribeOptions, SubscriptionStream, backend::check_partition, backend::uid_partition,
+    backend::validate_topic, backend::validate_uid,
 };
 
 use crate::bus::{PostgresBus, Rounds};
@@ -35,7 +35,7 @@ impl PostgresBus {
         let bus = PostgresBus {
             core: Arc::clone(&self.core),
         };
-        bus_core::on_blocking_pool("postgres", what, move || work(bus)).await
+        bus_core::backend::on_blocking_pool("postgres", what, move || work(bus)).await
     }
 
     /// [`PostgresBus::connect`] for async code: connects on the caller's
@@ -112,15 +112,15 @@ impl PostgresBus {
 }
 
 impl AsyncEventBus for PostgresBus {
-    bus_core::async_publish_through_publish_one!("postgres");
+    bus_core::backend::async_publish_through_publish_one!("postgres");
 
     fn publish_batch<'a>(
         &'a self,
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
                 "bus.publish_batch",
                 "postgres",
                 topic,
@@ -142,8 +142,8 @@ impl AsyncEventBus for PostgresBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
                 "bus.fetch",
                 "postgres",
                 topic,
@@ -168,8 +168,8 @@ impl AsyncEventBus for PostgresBus {
         key: &'a str,
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!(
+        bus_core::backend::traced(
+            bus_core::backend::async_span!(
                 "bus.find_event_by_uid",
                 "postgres",
                 topic,
@@ -193,8 +193,8 @@ impl AsyncEventBus for PostgresBus {
         topic: &'a str,
         partition: u32,
     ) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.offsets", "postgres", topic, partition = partition),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!("bus.offsets", "postgres", topic, partition = partition),
             bounded("offsets", self.timeout(), async move {
                 let topic = self.topic_async(topic).await?;
                 check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
@@ -210,8 +210,8 @@ impl AsyncEventBus for PostgresBus {
     }
 
     fn provision<'a>(&'a self, manifest: &'a Manifest) -> BoxFuture<'a, Result<(), BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.provision", "postgres"),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!("bus.provision", "postgres"),
             bounded("provision", self.timeout(), async move {
                 manifest.validate()?;
                 topics::provision(&self.core.shared, manifest).await
@@ -231,8 +231,8 @@ impl AsyncEventBus for PostgresBus {
         &'a self,
         topic: &'a str,
     ) -> BoxFuture<'a, Result<Option<bus_core::TopicSpec>, BusError>> {
-        bus_core::traced(
-            bus_core::async_span!("bus.topic_spec", "postgres", topic),
+        bus_core::backend::traced(
+            bus_core::backend::async_span!("bus.topic_spec", "postgres", topic),
             bounded("topic lookup", self.timeout(), async move {
                 Ok(Some(self.topic_async(topic).await?.spec.clone()))
             }),

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use bus_core::auth::RecordAuth;
-use bus_core::subscription::Plan;
+use bus_core::backend::Plan;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    uid_partition, validate_uid,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::ConnectorExecutor, backend::uid_partition, backend::validate_uid,
 };
 
 use crate::errors::pool;
@@ -103,7 +103,7 @@ impl EventBus for PostgresBus {
         Ok(())
     }
 
-    bus_core::publish_through_publish_one!("postgres");
+    bus_core::backend::publish_through_publish_one!("postgres");
 
     #[tracing::instrument(name = "bus.find_event_by_uid", skip_all, fields(backend = "postgres", topic = %topic, uid = %event_uid))]
     fn find_event_by_uid(
