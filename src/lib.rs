@@ -30,9 +30,10 @@
 pub use bus_core::{
     AckDurability, BatchRecord, BusError, Capabilities, Compression, DEFAULT_DEDUP_WINDOW_MS,
     DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus, EventBusExt, InvalidName, MAX_JSON_DEPTH,
-    MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT, Manifest, PartitionOffsets, PublishAck, Selector,
-    StartAt, StoredEvent, SubscribeOptions, Subscription, SubscriptionItem, SubscriptionStream,
-    TopicSpec, auth, embedded_uid, memory, now_ms, partition_for, resolve_uid, validate_topic_name,
+    MAX_KEY_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT, MAX_UID_BYTES, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    SubscriptionItem, SubscriptionStream, TopicSpec, auth, embedded_uid, memory, now_ms,
+    partition_for, resolve_uid, validate_topic_name,
 };
 #[cfg(feature = "async")]
 pub use bus_core::{AsyncEventBus, BoxFuture};

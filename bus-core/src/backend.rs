@@ -18,7 +18,7 @@
 //! | settings that must never be logged | [`is_secret_setting`] |
 //!
 //! The glue macros write the trait methods a backend would otherwise copy:
-//! [`publish_through_publish_one`](crate::publish_through_publish_one) and,
+//! [`publish_through_publish_one`] and,
 //! with `async`, `async_publish_through_publish_one`, `async_span`,
 //! `async_reads_through_blocking` and `async_admin_through_blocking`. They
 //! are exported at the crate root (where `#[macro_export]` puts every macro)

@@ -50,7 +50,7 @@ pub use manifest::{
     MAX_RECORD_BYTES_LIMIT, Manifest, TopicSpec, validate_topic_name,
 };
 pub use partition::partition_for;
-pub use record::MAX_JSON_DEPTH;
+pub use record::{MAX_JSON_DEPTH, MAX_KEY_BYTES, MAX_UID_BYTES};
 pub use subscription::{
     Selector, StartAt, SubscribeOptions, Subscription, SubscriptionItem, SubscriptionStream,
 };

@@ -34,7 +34,7 @@ pub struct NatsOptions {
     pub timeout: Duration,
     /// Bound on establishing a connection.
     pub connect_timeout: Duration,
-    /// User name, with [`NatsOptions::password`].
+    /// User name, with the password set by [`NatsOptions::user_and_password`].
     pub user: Option<String>,
     pub(crate) password: Option<SecretString>,
     pub(crate) token: Option<SecretString>,
