@@ -49,7 +49,14 @@ done
 step "cargo doc --no-deps --workspace --all-features"
 RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --workspace --all-features
 
-# 4. bus-bench is the one unpublished member (publish = false).
+# 4. bus-bench is the one unpublished member (publish = false). A packaged
+# member carries no [profile] (profiles live in the workspace root), so the
+# verification builds would compile every dependency again unoptimized with
+# full debug info; the workspace's dev profile, given here, lets them reuse
+# what scripts/test.sh built. --allow-dirty: a local run with edits works.
 step "cargo package --workspace --exclude bus-bench"
-cargo package --workspace --exclude bus-bench --allow-dirty
+cargo package --workspace --exclude bus-bench --allow-dirty \
+  --config 'profile.dev.debug="line-tables-only"' \
+  --config 'profile.dev.package."*".opt-level=1' \
+  --config 'profile.dev.package."*".debug=false'
 step ""
