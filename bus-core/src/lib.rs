@@ -2,9 +2,10 @@
 //! [`PublishAck`] / [`StoredEvent`] types, the one [`BusError`], the
 //! partitioner [`partition_for`], the topic [`Manifest`], record
 //! authentication, the in-memory reference backend ([`memory::MemoryBus`],
-//! for unit tests of any crate) and (feature `connector`) the
-//! `ConnectorExecutor` that network backends run their async clients on, and
-//! (feature `async`) the async surface `AsyncEventBus`.
+//! for unit tests of any crate) and (feature `async`) the async surface
+//! `AsyncEventBus`. What a backend author needs besides (record checks,
+//! encodings, feeds and doorbells, the connector executor, locks, metric
+//! names, the glue macros) is the backend kit, [`backend`].
 //!
 //! ```
 //! use bus_core::{partition_for, Manifest, TopicSpec};
