@@ -32,7 +32,7 @@ pub use bus_core::{
     DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus, EventBusExt, InvalidName, MAX_JSON_DEPTH,
     MAX_KEY_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT, MAX_UID_BYTES, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    SubscriptionItem, SubscriptionStream, TopicSpec, auth, embedded_uid, memory, now_ms,
+    SubscriptionItem, SubscriptionStream, TopicSpec, auth, consumer, embedded_uid, memory, now_ms,
     partition_for, resolve_uid, validate_topic_name,
 };
 #[cfg(feature = "async")]
