@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dir="${BUS_DEMO_DIR:-$(mktemp -d)}"
 export BUS_URL="file://$dir"
-cargo build -q --release
-bus=target/release/bus
+# The `bus` command is the bus-cli crate (the root package is the library).
+cargo build -q --release -p bus-cli
+bus="${CARGO_TARGET_DIR:-target}/release/bus"
 $bus provision examples/topics.toml
 printf '%s\n' '{"event":"start","n":1}' '{"event":"step","n":2}' '{"event":"stop","n":3}' \
   | $bus publish audit --key agent-1

@@ -19,7 +19,6 @@ echo "test.sh: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS B
 
 # --all-features also compiles bus-conformance's testcontainers path; the
 # broker URLs exported above take precedence over it.
-scripts/check-boundaries.sh
 cargo test --workspace --all-features "$@"
 # The feature-disabled errors only exist in a build without the backends.
 cargo test -p bus --no-default-features --test open "$@"

@@ -75,6 +75,7 @@ fn a_stream_delivers_in_a_current_thread_runtime_and_its_drop_joins_the_thread()
 /// the newest four, every time (it read ahead and gave `[1, Lagged(5), 7,
 /// ...]` in most runs before). The embedded log's fsynced publishes leave
 /// the stream's thread time to wake between two of them.
+#[cfg(feature = "embedded")]
 #[test]
 fn a_stream_decides_lag_when_an_item_is_asked_for_not_ahead() {
     let runtime = tokio::runtime::Builder::new_current_thread()

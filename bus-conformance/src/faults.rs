@@ -4,7 +4,7 @@
 //! the checks that every acked record is stored exactly once at its acked
 //! offset, and the figures each test prints.
 
-pub use bus_core::sync::lock;
+pub use bus_core::backend::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

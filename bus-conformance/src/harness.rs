@@ -1,6 +1,6 @@
 //! What a backend provides to run the suite.
 
-pub use bus_core::RawRecord;
+pub use bus_core::backend::RawRecord;
 use bus_core::{BusError, EventBus};
 
 /// Why a harness cannot run here (its broker is not configured or reachable).

@@ -3,7 +3,7 @@
 //! calling one bus while the test stops and restarts its own broker; every
 //! failed call is kept with how long it took, every ack with its value.
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

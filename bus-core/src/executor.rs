@@ -144,7 +144,7 @@ thread_local! {
 /// Runs futures on a private runtime for synchronous callers.
 ///
 /// ```
-/// let executor = bus_core::ConnectorExecutor::new("doc-connector").unwrap();
+/// let executor = bus_core::backend::ConnectorExecutor::new("doc-connector").unwrap();
 /// assert_eq!(executor.run(|| async { 40 + 2 }).unwrap(), 42);
 /// ```
 pub struct ConnectorExecutor {

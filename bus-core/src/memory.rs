@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use crate::auth::{RecordAuth, RecordParts};
 use crate::subscription::{Doorbell, Plan};
 use crate::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, DoorbellRegistry, EventBus, FetchFeed,
-    Manifest, PartitionOffsets, PreparedRecord, PublishAck, RawRecord, Selector, StartAt,
-    StoredEvent, SubscribeOptions, Subscription, TopicSpec, check_partition, now_ms,
-    prepare_record, uid_partition, validate_topic,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, TopicSpec,
+    backend::DoorbellRegistry, backend::FetchFeed, backend::PreparedRecord, backend::RawRecord,
+    backend::check_partition, backend::prepare_record, backend::uid_partition,
+    backend::validate_topic, now_ms,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -321,7 +322,7 @@ impl EventBus for MemoryBus {
         value: &serde_json::Value,
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
-        crate::validate_uid(event_uid)?;
+        crate::backend::validate_uid(event_uid)?;
         self.publish_one(topic, key, value, Some(event_uid))
     }
     fn find_event_by_uid(

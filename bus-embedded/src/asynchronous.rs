@@ -24,7 +24,7 @@ impl EmbeddedBus {
         F: FnOnce(EmbeddedBus) -> Result<T, BusError> + Send + 'static,
     {
         let handle = self.handle();
-        bus_core::on_blocking_pool("embedded", what, move || work(handle)).await
+        bus_core::backend::on_blocking_pool("embedded", what, move || work(handle)).await
     }
 
     /// One record through the group commit, awaited.
@@ -96,7 +96,7 @@ impl AsyncEventBus for EmbeddedBus {
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
-            bus_core::validate_uid(event_uid)?;
+            bus_core::backend::validate_uid(event_uid)?;
             self.publish_one_async(topic, key, value, Some(event_uid))
                 .await
         })

@@ -1,7 +1,7 @@
 //! The bus: the directory lock, the topic registry, provisioning, and the
 //! `EventBus` methods that route to partitions.
 
-use bus_core::sync::{read, write};
+use bus_core::backend::sync::{read, write};
 use std::collections::BTreeMap;
 use std::fs::{OpenOptions, TryLockError};
 use std::os::unix::fs::OpenOptionsExt;
@@ -14,8 +14,8 @@ use std::time::Duration;
 use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    uid_partition,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::check_partition, backend::uid_partition,
 };
 
 use crate::fsutil;
@@ -231,7 +231,7 @@ impl EventBus for EmbeddedBus {
         value: &serde_json::Value,
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
-        bus_core::validate_uid(event_uid)?;
+        bus_core::backend::validate_uid(event_uid)?;
         self.publish_one(topic, key, value, Some(event_uid))
     }
     fn find_event_by_uid(

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use bus_core::auth::RecordAuth;
-use bus_core::sync::{read, write};
-use bus_core::{BusError, validate_topic};
+use bus_core::backend::sync::{read, write};
+use bus_core::{BusError, backend::validate_topic};
 
 use crate::options::Options;
 use crate::partition::Partition;

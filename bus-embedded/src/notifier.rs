@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bus_core::DoorbellRegistry;
+use bus_core::backend::DoorbellRegistry;
 
 /// The doorbells of one bus's live subscriptions.
 #[derive(Debug, Default)]
@@ -45,7 +45,7 @@ impl Notifier {
     }
 
     /// A new doorbell rung for every record of `topic`.
-    pub(crate) fn register(&self, topic: &str) -> std::sync::Arc<bus_core::Doorbell> {
+    pub(crate) fn register(&self, topic: &str) -> std::sync::Arc<bus_core::backend::Doorbell> {
         self.bells.register(topic)
     }
 

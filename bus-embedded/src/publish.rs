@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BatchRecord, BusError, PublishAck, prepare_record};
+use bus_core::{BatchRecord, BusError, PublishAck, backend::prepare_record};
 
 use crate::bus::EmbeddedBus;
 use crate::log::frame::NewRecord;

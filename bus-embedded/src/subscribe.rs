@@ -6,9 +6,10 @@
 
 use std::sync::{Arc, Weak};
 
-use bus_core::subscription::Plan;
+use bus_core::backend::Plan;
 use bus_core::{
-    BusError, EventBus, Feed, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    BusError, EventBus, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::Feed,
 };
 
 use crate::inner::Inner;

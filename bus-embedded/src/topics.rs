@@ -187,7 +187,7 @@ impl Topic {
 
     /// The partition `partition`, or the error naming the valid range.
     pub fn partition(&self, partition: u32) -> Result<&Arc<Partition>, BusError> {
-        bus_core::check_partition(&self.spec.name, partition, self.spec.partitions)?;
+        bus_core::backend::check_partition(&self.spec.name, partition, self.spec.partitions)?;
         self.partitions
             .get(partition as usize)
             .ok_or_else(|| BusError::UnknownPartition {

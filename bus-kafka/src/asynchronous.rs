@@ -28,7 +28,7 @@ use crate::client::{Delivery, Reply, Ticket, map_error, timed_out};
 use crate::publish::{Prepared, prepare_all, to_record};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, topics};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 impl KafkaBus {
     /// [`KafkaBus::connect`] for async code (see
@@ -75,7 +75,7 @@ impl KafkaBus {
 
     /// The topic's manifest entry when cached (no I/O).
     fn cached_entry(&self, topic: &str) -> Result<Option<Entry>, BusError> {
-        bus_core::validate_topic(topic)?;
+        bus_core::backend::validate_topic(topic)?;
         Ok(lock(&self.core.registry).cached(topic).cloned())
     }
 
@@ -148,7 +148,7 @@ where
     T: Send + 'static,
     F: FnOnce() -> Result<T, BusError> + Send + 'static,
 {
-    bus_core::on_blocking_pool("kafka", what, work).await
+    bus_core::backend::on_blocking_pool("kafka", what, work).await
 }
 
 /// [`crate::publish::produce`] for a task: records are queued strictly in
@@ -239,7 +239,7 @@ impl AsyncEventBus for KafkaBus {
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
-            bus_core::validate_uid(event_uid)?;
+            bus_core::backend::validate_uid(event_uid)?;
             self.publish_one_async(topic, key, value, Some(event_uid))
                 .await
         })

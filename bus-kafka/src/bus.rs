@@ -4,12 +4,12 @@
 use bus_core::auth::RecordAuth;
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, check_partition,
-    uid_partition,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::check_partition, backend::uid_partition,
 };
 
 use crate::{KafkaBus, fetch, topics};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 impl EventBus for KafkaBus {
     fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
@@ -45,7 +45,7 @@ impl EventBus for KafkaBus {
         value: &serde_json::Value,
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
-        bus_core::validate_uid(event_uid)?;
+        bus_core::backend::validate_uid(event_uid)?;
         self.publish_one(topic, key, value, Some(event_uid))
     }
     fn find_event_by_uid(
@@ -163,7 +163,7 @@ impl EventBus for KafkaBus {
     /// verifies an existing topic against (C1). The registry is read afresh
     /// first, so a topic another bus provisioned or deleted shows as it is.
     fn topic_spec(&self, topic: &str) -> Result<Option<bus_core::TopicSpec>, BusError> {
-        bus_core::validate_topic(topic)?;
+        bus_core::backend::validate_topic(topic)?;
         let core = &self.core;
         let mut registry = lock(&core.registry);
         registry.refresh(&core.options, &core.pool.meta(), self.deadline())?;

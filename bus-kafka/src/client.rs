@@ -51,7 +51,7 @@ pub(crate) struct Late {
 impl Late {
     /// Records the report (the first one wins) and wakes the waiters.
     pub(crate) fn set(&self, outcome: Result<i64, KafkaError>) {
-        let mut slot = bus_core::sync::lock(&self.outcome);
+        let mut slot = bus_core::backend::sync::lock(&self.outcome);
         if slot.is_none() {
             *slot = Some(outcome);
         }
@@ -60,12 +60,12 @@ impl Late {
 
     /// The report, if it has come.
     pub(crate) fn peek(&self) -> Option<Result<i64, KafkaError>> {
-        bus_core::sync::lock(&self.outcome).clone()
+        bus_core::backend::sync::lock(&self.outcome).clone()
     }
 
     /// The report, waiting for it until `deadline`.
     pub(crate) fn wait_until(&self, deadline: Instant) -> Option<Result<i64, KafkaError>> {
-        let mut slot = bus_core::sync::lock(&self.outcome);
+        let mut slot = bus_core::backend::sync::lock(&self.outcome);
         while slot.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -129,7 +129,7 @@ pub fn kafka_topic_name(bus_name: &str) -> String {
         }
     }
     if out.len() > KAFKA_NAME_MAX {
-        let hash = bus_core::fnv1a64(bus_name.as_bytes());
+        let hash = bus_core::backend::fnv1a64(bus_name.as_bytes());
         out.truncate(KAFKA_NAME_MAX - 18);
         out.push_str(&format!("-h{hash:016x}"));
     }

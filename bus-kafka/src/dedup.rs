@@ -19,7 +19,7 @@ use bus_core::{BusError, now_ms};
 use crate::client::Late;
 use crate::reader::RawMessage;
 use crate::{Core, KafkaOptions};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 /// Records read per step of an index scan.
 const SCAN_PAGE: usize = 2_000;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BusError, ConnectorExecutor};
+use bus_core::{BusError, backend::ConnectorExecutor};
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::Producer as _;
@@ -35,7 +35,7 @@ pub use client::kafka_topic_name;
 pub const SCHEMES: &[&str] = &["kafka", "kafkas", "kafka+tls", "kafka+ssl"];
 pub use options::{DEFAULT_MANIFEST_TOPIC, KafkaOptions, SaslMechanism};
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 use client::{Delivery, Producer};
 use registry::{Entry, Registry};
 
@@ -51,7 +51,7 @@ pub struct KafkaBus {
     core: Arc<Core>,
     /// The live subscriptions' doorbells, shared with the internal handles
     /// and not with the feeds: they end when the bus is dropped (C17).
-    subscriptions: Arc<bus_core::SubscriptionOwner>,
+    subscriptions: Arc<bus_core::backend::SubscriptionOwner>,
     /// The shared subscription consumer, once a subscription started it;
     /// its subscriptions keep it too.
     waker: Arc<Mutex<Option<Arc<waker::Waker>>>>,
@@ -214,7 +214,7 @@ impl KafkaBus {
     /// The manifest entry of `topic`: from the cache, else after reading
     /// what other buses provisioned; [`BusError::UnknownTopic`] otherwise.
     pub(crate) fn entry(&self, topic: &str) -> Result<Entry, BusError> {
-        bus_core::validate_topic(topic)?;
+        bus_core::backend::validate_topic(topic)?;
         if let Some(entry) = lock(&self.core.registry).cached(topic) {
             return Ok(entry.clone());
         }

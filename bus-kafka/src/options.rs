@@ -5,7 +5,7 @@ use secrecy::{ExposeSecret, SecretString};
 use std::time::Duration;
 
 use bus_core::BusError;
-use bus_core::executor::DEFAULT_TIMEOUT;
+use bus_core::backend::executor::DEFAULT_TIMEOUT;
 use rdkafka::ClientConfig;
 
 /// Default name of the topic that records the manifest of every bus topic.
@@ -207,7 +207,7 @@ impl KafkaOptions {
     /// Split by hand rather than by the `url` crate: a list of hosts
     /// (`h1:PORT,h2:PORT`) is not an authority `url` accepts (it reads
     /// `PORT,h2:PORT` as the port). Each part and query value is
-    /// percent-decoded by `bus_core::percent_decode` (the
+    /// percent-decoded by `bus_core::backend::percent_decode` (the
     /// `percent-encoding` crate).
     pub fn from_url(url: &str) -> Result<Self, BusError> {
         let (scheme, rest) = url
@@ -465,7 +465,7 @@ pub(crate) fn reserved(name: &str) -> Option<&'static str> {
 
 /// Whether a pass-through setting holds a secret (shown as `<redacted>`).
 fn is_secret(name: &str) -> bool {
-    bus_core::is_secret_setting(name)
+    bus_core::backend::is_secret_setting(name)
 }
 
 /// A pass-through value as `Debug` shows it.
@@ -485,7 +485,7 @@ fn parse_bool(field: &str, value: &str) -> Result<bool, BusError> {
 /// A percent-encoded URL part, decoded; malformed is an argument error
 /// naming `field`, never a different value.
 fn decode(field: &str, text: &str) -> Result<String, BusError> {
-    bus_core::percent_decode(text).ok_or_else(|| {
+    bus_core::backend::percent_decode(text).ok_or_else(|| {
         BusError::invalid(
             field,
             "malformed percent-encoding (a % must start %XX of valid UTF-8)",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bus_core::auth::{RecordAuth, to_hex};
-use bus_core::{BatchRecord, BusError, PublishAck, prepare_record};
+use bus_core::{BatchRecord, BusError, PublishAck, backend::prepare_record};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
@@ -14,7 +14,7 @@ use crate::client::{Delivery, Late, Reply, Ticket, map_error, remaining, timed_o
 use crate::reader::{TAG_HEADER, UID_HEADER};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 /// A checked, signed record ready to produce.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ pub(crate) fn stored(topic: &str, records: &[Prepared], outcomes: &[Result<u64, 
         .fold((0, 0), |(n, bytes), (_, record)| {
             (n + 1, bytes + record.value.len() as u64)
         });
-    bus_core::metrics::stored("kafka", topic, count, bytes);
+    bus_core::backend::metrics::stored("kafka", topic, count, bytes);
 }
 
 /// The librdkafka record of `record`, carrying `ticket`.

@@ -3,7 +3,7 @@
 //! caller replays sequentially. Reads stop at the high watermark, so a fetch
 //! at the end returns at once instead of long-polling.
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -13,9 +13,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bus_core::subscription::Plan;
-use bus_core::sync::lock;
-use bus_core::{BusError, Feed, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription};
+use bus_core::backend::Plan;
+use bus_core::backend::sync::lock;
+use bus_core::{
+    BusError, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, backend::Feed,
+};
 
 use crate::waker::{Kept, Lookup, Waker, kafka_partition};
 use crate::{Core, KafkaBus, fetch};

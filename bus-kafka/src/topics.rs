@@ -12,7 +12,7 @@ use rdkafka::util::Timeout;
 use crate::client::{self, kafka_topic_name, list_topics, map_error, remaining, topic_ready};
 use crate::registry::Entry;
 use crate::{Core, KafkaOptions};
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 type Admin = rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>;
 

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bus_core::sync::lock;
-use bus_core::{BusError, Doorbell, StoredEvent};
+use bus_core::backend::sync::lock;
+use bus_core::{BusError, StoredEvent, backend::Doorbell};
 use futures::FutureExt as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;

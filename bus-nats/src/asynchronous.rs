@@ -15,11 +15,11 @@
 use std::sync::Arc;
 
 use async_nats::jetstream;
-use bus_core::executor::bounded;
+use bus_core::backend::executor::bounded;
 use bus_core::{
     AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
-    Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, check_partition,
-    uid_partition, validate_topic,
+    Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, backend::check_partition,
+    backend::uid_partition, backend::validate_topic,
 };
 
 use crate::bus::{connect_client, jetstream_of};
@@ -103,7 +103,7 @@ impl NatsBus {
         F: FnOnce(NatsBus) -> Result<T, BusError> + Send + 'static,
     {
         let bus = self.handle(tokio::runtime::Handle::current());
-        bus_core::on_blocking_pool("nats", what, move || work(bus)).await
+        bus_core::backend::on_blocking_pool("nats", what, move || work(bus)).await
     }
 
     /// The topic from the cache, else from the server (contract C2).
@@ -212,7 +212,7 @@ impl AsyncEventBus for NatsBus {
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
-            bus_core::validate_uid(event_uid)?;
+            bus_core::backend::validate_uid(event_uid)?;
             self.publish_one_async(topic, key, value, Some(event_uid))
                 .await
         })

@@ -11,9 +11,10 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bus_core::auth::RecordAuth;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    check_partition, uid_partition, validate_topic,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::ConnectorExecutor, backend::check_partition, backend::uid_partition,
+    backend::validate_topic,
 };
 
 use crate::errors::{BACKEND, unavailable, unavailable_caused};
@@ -103,7 +104,7 @@ impl Runner {
     /// thread the read's future needs) never waits for the read.
     pub(crate) fn run_watching<F, Fut, T>(
         &self,
-        bell: &Arc<bus_core::Doorbell>,
+        bell: &Arc<bus_core::backend::Doorbell>,
         what: &str,
         timeout: Duration,
         operation: F,
@@ -342,7 +343,7 @@ impl EventBus for NatsBus {
         value: &serde_json::Value,
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
-        bus_core::validate_uid(event_uid)?;
+        bus_core::backend::validate_uid(event_uid)?;
         self.publish_one(topic, key, value, Some(event_uid))
     }
     fn find_event_by_uid(

@@ -97,12 +97,12 @@ pub fn uid_hash(uid: &str) -> String {
 /// Percent-encodes everything but `[A-Za-z0-9-_.~]`, so header values keep
 /// leading/trailing spaces (NATS trims them) and any unicode exactly.
 pub fn encode_header_text(text: &str) -> String {
-    bus_core::percent_encode(text)
+    bus_core::backend::percent_encode(text)
 }
 
 /// Reverses [`encode_header_text`]; `None` when malformed.
 pub fn decode_header_text(text: &str) -> Option<String> {
-    bus_core::percent_decode(text)
+    bus_core::backend::percent_decode(text)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bus_core::BusError;
-use bus_core::executor::DEFAULT_TIMEOUT;
+use bus_core::backend::executor::DEFAULT_TIMEOUT;
 
 use crate::naming::{decode_header_text, validate_prefix};
 
@@ -34,7 +34,7 @@ pub struct NatsOptions {
     pub timeout: Duration,
     /// Bound on establishing a connection.
     pub connect_timeout: Duration,
-    /// User name; its password is set with [`NatsOptions::user_and_password`].
+    /// User name, with the password set by [`NatsOptions::user_and_password`].
     pub user: Option<String>,
     pub(crate) password: Option<SecretString>,
     pub(crate) token: Option<SecretString>,
@@ -106,7 +106,7 @@ impl NatsOptions {
     /// Split by hand rather than by the `url` crate: a list of hosts
     /// (`h1:PORT,h2:PORT`) is not an authority `url` accepts (it reads
     /// `PORT,h2:PORT` as the port). Each part and query value is
-    /// percent-decoded by `bus_core::percent_decode` (the
+    /// percent-decoded by `bus_core::backend::percent_decode` (the
     /// `percent-encoding` crate).
     pub fn from_url(url: &str) -> Result<Self, BusError> {
         let (scheme, rest) = url

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::{BusError, PreparedRecord, PublishAck, prepare_record};
+use bus_core::{BusError, PublishAck, backend::PreparedRecord, backend::prepare_record};
 use bytes::Bytes;
 
 use crate::errors::{PublishFailure, publish_failure};
@@ -185,11 +185,11 @@ pub(crate) async fn send_all(
             (Ok(ack), Some(retry)) if ack.duplicate => {
                 // A window duplicate names whatever carried the UID's
                 // Nats-Msg-Id: check it like a conflict.
-                bus_core::metrics::dedup_hits("nats", name, 1);
+                bus_core::backend::metrics::dedup_hits("nats", name, 1);
                 settle(&shared, &topic, partition, &retry, &what).await?
             }
             (Ok(ack), _) => {
-                bus_core::metrics::stored("nats", name, 1, size as u64);
+                bus_core::backend::metrics::stored("nats", name, 1, size as u64);
                 ack.sequence
             }
             (Err(error), retry) => match failure(&shared, name, &what, size, error) {

@@ -32,7 +32,7 @@ pub(crate) struct Shared {
     auth: RwLock<Option<RecordAuth>>,
     /// The doorbells of the live subscriptions, closed when the bus drops
     /// so they end (C17).
-    pub(crate) bells: bus_core::DoorbellRegistry,
+    pub(crate) bells: bus_core::backend::DoorbellRegistry,
 }
 
 /// A provisioned topic as the server recorded it.
@@ -95,7 +95,7 @@ impl Shared {
             clustered: false,
             topics: RwLock::new(HashMap::new()),
             auth: RwLock::new(None),
-            bells: bus_core::DoorbellRegistry::new(),
+            bells: bus_core::backend::DoorbellRegistry::new(),
         }
     }
 

@@ -38,12 +38,13 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, push};
-use bus_core::subscription::Plan;
+use bus_core::backend::Plan;
 use bus_core::{
-    BusError, Doorbell, Feed, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    BusError, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, backend::Doorbell,
+    backend::Feed,
 };
 use futures::{FutureExt as _, StreamExt as _};
 

@@ -9,12 +9,12 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bus_core::executor::bounded;
+use bus_core::backend::executor::bounded;
 use bus_core::{AsyncEventBus, BoxFuture};
 use bus_core::{
     BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
-    SubscribeOptions, SubscriptionStream, check_partition, uid_partition, validate_topic,
-    validate_uid,
+    SubscribeOptions, SubscriptionStream, backend::check_partition, backend::uid_partition,
+    backend::validate_topic, backend::validate_uid,
 };
 
 use crate::bus::{PostgresBus, Rounds};
@@ -35,7 +35,7 @@ impl PostgresBus {
         let bus = PostgresBus {
             core: Arc::clone(&self.core),
         };
-        bus_core::on_blocking_pool("postgres", what, move || work(bus)).await
+        bus_core::backend::on_blocking_pool("postgres", what, move || work(bus)).await
     }
 
     /// [`PostgresBus::connect`] for async code: connects on the caller's
@@ -130,7 +130,7 @@ impl AsyncEventBus for PostgresBus {
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
-            bus_core::validate_uid(event_uid)?;
+            bus_core::backend::validate_uid(event_uid)?;
             self.publish_one_async(topic, key, value, Some(event_uid))
                 .await
         })

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use bus_core::auth::RecordAuth;
-use bus_core::subscription::Plan;
+use bus_core::backend::Plan;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, ConnectorExecutor, DedupHorizon, EventBus, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    uid_partition, validate_uid,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
+    backend::ConnectorExecutor, backend::uid_partition, backend::validate_uid,
 };
 
 use crate::errors::pool;
@@ -120,7 +120,7 @@ impl EventBus for PostgresBus {
         value: &serde_json::Value,
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
-        bus_core::validate_uid(event_uid)?;
+        bus_core::backend::validate_uid(event_uid)?;
         self.publish_one(topic, key, value, Some(event_uid))
     }
     fn find_event_by_uid(

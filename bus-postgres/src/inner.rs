@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use bus_core::{
-    BusError, ConnectorExecutor, PartitionOffsets, StoredEvent, check_partition, validate_topic,
+    BusError, PartitionOffsets, StoredEvent, backend::ConnectorExecutor, backend::check_partition,
+    backend::validate_topic,
 };
 
 use crate::shared::{Shared, Topic};

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bus_core::{Doorbell, DoorbellRegistry};
+use bus_core::{backend::Doorbell, backend::DoorbellRegistry};
 use tokio_postgres::Client;
 
 #[derive(Default)]

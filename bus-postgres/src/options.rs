@@ -6,7 +6,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use bus_core::BusError;
-use bus_core::executor::DEFAULT_TIMEOUT;
+use bus_core::backend::executor::DEFAULT_TIMEOUT;
 
 use crate::tls::TlsFiles;
 

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use bus_core::auth::{RecordAuth, RecordParts, RecordPlace};
-use bus_core::{BusError, now_ms, prepare_record};
+use bus_core::{BusError, backend::prepare_record, now_ms};
 use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
@@ -306,13 +306,13 @@ async fn commit_round(
             let base = offset_of(row.get(0))?;
             remember_next(queue, Some(base + count));
             let bytes = values.iter().map(|value| value.len() as u64).sum();
-            bus_core::metrics::stored("postgres", &topic.spec.name, count, bytes);
-            bus_core::metrics::dedup_hits(
+            bus_core::backend::metrics::stored("postgres", &topic.spec.name, count, bytes);
+            bus_core::backend::metrics::dedup_hits(
                 "postgres",
                 &topic.spec.name,
                 (records.len() - new.len()) as u64,
             );
-            bus_core::metrics::commit_round("postgres", new.len());
+            bus_core::backend::metrics::commit_round("postgres", new.len());
             Ok(slots
                 .iter()
                 .map(|slot| match slot {

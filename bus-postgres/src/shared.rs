@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BusError, TopicSpec, fnv1a64};
+use bus_core::{BusError, TopicSpec, backend::fnv1a64};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;

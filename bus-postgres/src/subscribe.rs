@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Weak};
 
-use bus_core::{BusError, Feed, StoredEvent};
+use bus_core::{BusError, StoredEvent, backend::Feed};
 
 use crate::inner::Core;
 

@@ -1,8 +1,8 @@
 //! C5/C12 limits and bad input, C13 errors.
 
 use bus_core::{
-    BatchRecord, BusError, EventBus, MAX_JSON_DEPTH, PartitionOffsets, TopicSpec, json_depth,
-    partition_for,
+    BatchRecord, BusError, EventBus, MAX_JSON_DEPTH, PartitionOffsets, TopicSpec,
+    backend::json_depth, partition_for,
 };
 use serde_json::{Value, json};
 

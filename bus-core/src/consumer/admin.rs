@@ -12,7 +12,7 @@ use super::{
     StoredSelector, validate_consumer_name,
 };
 use crate::subscription::{Selector, StartAt, SubscribeOptions};
-use crate::{BusError, EventBus, now_ms, validate_topic};
+use crate::{BusError, EventBus, backend::validate_topic, now_ms};
 
 /// Opens durable consumer `name` of `topic` (C20–C23). `bus` is the
 /// caller's handle (the subscription is made through it, so it ends with

@@ -11,7 +11,7 @@ use super::acked::Acked;
 use super::store::fenced_error;
 use super::{ConsumeOptions, CursorState, CursorStore, OwnerToken, PartitionState, StoredSelector};
 use crate::subscription::{Subscription, SubscriptionItem};
-use crate::{BusError, EventBus, StoredEvent, embedded_uid, fnv1a64};
+use crate::{BusError, EventBus, StoredEvent, backend::fnv1a64, embedded_uid};
 
 /// One record handed to a durable consumer. Acknowledge it with
 /// [`Consumer::ack`] (or cumulatively, [`Consumer::ack_through`]), or

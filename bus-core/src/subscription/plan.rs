@@ -1,7 +1,7 @@
 //! Turning a selector and a start position into partitions and offsets.
 
 use super::{Selector, StartAt};
-use crate::{BusError, EventBus, check_partition, partition_for, validate_key};
+use crate::{BusError, EventBus, backend::check_partition, backend::validate_key, partition_for};
 
 /// What a subscription reads: its topic, each partition with the offset to
 /// start at, and the key filter of a key selector.

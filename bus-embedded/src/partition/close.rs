@@ -3,7 +3,7 @@
 //! point it and maintenance store.
 
 use bus_core::BusError;
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 use crate::log::checkpoint;
 use crate::log::index::SegmentIndex;

@@ -15,7 +15,7 @@
 //! The round's own work (dedup, offsets, frames, write, fsync) is in
 //! `write`.
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 #[cfg(feature = "async")]
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
@@ -23,7 +23,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BusError, metrics};
+use bus_core::{BusError, backend::metrics};
 
 use crate::log::frame::NewRecord;
 use crate::options::Durability;

@@ -12,7 +12,7 @@ use bus_core::{BusError, StoredEvent};
 use crate::log::frame::RecordRef;
 use crate::log::segment::{self, FrameReader, ReadBuffers};
 use crate::partition::Partition;
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 thread_local! {
     /// The read buffers of this thread's last fetch (up to

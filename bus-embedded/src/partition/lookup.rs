@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bus_core::BusError;
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 use crate::partition::{Partition, SegmentMeta};
 use crate::uid::locator::{CATCH_UP, FILE, Locator, Merged, SLOTS, SegmentId, Unfit};

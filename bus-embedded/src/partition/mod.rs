@@ -25,7 +25,7 @@ pub(crate) mod recovery;
 pub(crate) mod retention;
 pub(crate) mod write;
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU32;

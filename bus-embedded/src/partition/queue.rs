@@ -2,7 +2,7 @@
 //! round, each publisher's slot (its turn to wait, lead or take its
 //! answer), the commit thread's handle, and how much one round takes.
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -19,7 +19,7 @@ use crate::partition::acked::{AckedEnd, Limit};
 use crate::partition::poison::Poison;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
 use crate::uid::table::Table;
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 /// Why a read-only partition's writer state refuses every append.
 const READ_ONLY: &str = "write: the bus was opened read-only";

@@ -12,7 +12,7 @@ use crate::partition::poison::Poison;
 use crate::partition::recovery::create_segment;
 use crate::partition::{Partition, SegmentMeta, WriterState};
 use crate::uid::table::SealedUids;
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 
 impl Partition {
     /// Rolls before a frame of `frame_len` bytes written at `now` when the

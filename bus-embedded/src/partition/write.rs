@@ -2,12 +2,12 @@
 //! the write and the fsync (or zeros written ahead of small frames), and
 //! cutting those zeros off again.
 
-use bus_core::sync::lock;
+use bus_core::backend::sync::lock;
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use bus_core::{BusError, metrics, now_ms};
+use bus_core::{BusError, backend::metrics, now_ms};
 
 use crate::log::checkpoint::{self, RecoveryPoint};
 use crate::log::frame::{self, NewRecord};

@@ -71,7 +71,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use bus_core::sync::{read, write};
+use bus_core::backend::sync::{read, write};
 
 use crate::uid::keyed::Key;
 

@@ -2,7 +2,7 @@
 //! table on disk, loaded on the first lookup and rebuilt from the segment
 //! when unfit, or held in memory.
 
-use bus_core::sync::{read, write};
+use bus_core::backend::sync::{read, write};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};

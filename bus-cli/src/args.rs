@@ -1,0 +1,237 @@
+//! The `bus` command's arguments: one definition for parsing, `--help`,
+//! shell completions and the man page.
+
+use clap::{Parser, Subcommand};
+
+use super::tail::TailFrom;
+
+/// The URL used when neither `--url`, a profile nor `BUS_URL` names one.
+pub const DEFAULT_URL: &str = "file://./bus-data";
+
+/// Look at, feed and measure a bus, the way kcat and the nats CLI are used
+/// for their brokers.
+#[derive(Parser)]
+#[command(name = "bus", version, about, after_help = super::exit::EXIT_CODES)]
+pub struct Cli {
+    /// Bus URL: file://DIR (or a bare path), memory://, nats://HOST:PORT, tls://HOST:PORT,
+    /// kafka://HOST:PORT, kafkas://HOST:PORT, postgres://USER:PASSWORD@HOST:PORT/DB
+    /// [default: file://./bus-data].
+    #[arg(long, env = "BUS_URL", hide_env_values = true, global = true)]
+    pub url: Option<String>,
+    /// Named profile (see `bus profile`); --url given on the command line wins over it.
+    #[arg(long, env = "BUS_PROFILE", hide_env_values = true, global = true)]
+    pub profile: Option<String>,
+    /// Log what the bus does to stderr: -v info, -vv debug, -vvv trace
+    /// (warnings and errors are always shown); RUST_LOG, when set, wins.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Provision the topics of a manifest (TOML or JSON).
+    #[command(after_help = "Example: bus provision examples/topics.toml")]
+    Provision {
+        /// Manifest file.
+        manifest: std::path::PathBuf,
+    },
+    /// Topics with partitions, first and next offset and record counts.
+    #[command(after_help = "Example: bus topics --json")]
+    Topics {
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A topic: partitions, the backend's capabilities, offsets and counts per partition.
+    #[command(after_help = "Example: bus describe audit")]
+    Describe {
+        /// Topic.
+        topic: String,
+    },
+    /// Publish a JSON value, or stream stdin lines (one JSON value each) in atomic batches.
+    #[command(
+        after_help = "Examples:\n  bus publish audit --key agent-1 '{\"event\":\"start\"}'\n  tail -f events.jsonl | bus publish audit --key agent-1 --batch-lines 100 --batch-ms 50\n\nEach record prints its ack with \"status\": \"stored\" or \"duplicate\" (an earlier record with its UID).\nA bad stdin line (invalid UTF-8 or JSON, too large) stops the stream with exit 2: nothing of its\nbatch is stored, and the error line says which lines were stored (last offset per partition)."
+    )]
+    Publish {
+        /// Topic.
+        topic: String,
+        /// Partition key.
+        #[arg(long)]
+        key: String,
+        /// Event UID for deduplication (with a single value).
+        #[arg(long)]
+        uid: Option<String>,
+        /// A stdin batch closes at this many lines...
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..))]
+        batch_lines: u32,
+        /// ...or this many milliseconds after its first line.
+        #[arg(long, default_value_t = 100)]
+        batch_ms: u64,
+        /// The JSON value; `-` or nothing reads stdin.
+        json: Option<String>,
+    },
+    /// Print records of one partition as JSON lines.
+    #[command(after_help = "Example: bus fetch audit --key agent-1 --from 0 --max 10")]
+    Fetch {
+        /// Topic.
+        topic: String,
+        /// Partition (default 0).
+        #[arg(long, conflicts_with = "key")]
+        partition: Option<u32>,
+        /// Read the partition this key lands on.
+        #[arg(long)]
+        key: Option<String>,
+        /// First offset.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Most records to print (all when omitted).
+        #[arg(long)]
+        max: Option<usize>,
+        /// Print only each record's value.
+        #[arg(long)]
+        value_only: bool,
+    },
+    /// Print a topic's records as JSON lines from a position; exits at the end unless --follow.
+    #[command(
+        after_help = "Examples: bus tail audit                                  all partitions, interleaved by stored_at\n          bus tail audit --key agent-1 --from -10    the last 10 offsets of the key's partition, its records\n          bus tail audit --from-time 1767225600000 --count 5\n          bus tail audit --from end --follow --max-lag 1000\n\nEach line: topic, partition, offset, key, uid (when the value has metadata.uid), stored_at, value."
+    )]
+    Tail {
+        /// Topic.
+        topic: String,
+        /// Only this partition.
+        #[arg(long, conflicts_with = "key")]
+        partition: Option<u32>,
+        /// Only this key's records (read from its partition).
+        #[arg(long)]
+        key: Option<String>,
+        /// Start: beginning, end, an offset, or -N (the last N offsets of each partition read).
+        #[arg(long, default_value = "beginning", allow_hyphen_values = true)]
+        from: TailFrom,
+        /// Start at the first record stored at or after this time (epoch ms).
+        #[arg(long, conflicts_with = "from")]
+        from_time: Option<u64>,
+        /// Stop after this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        /// When more than this many records behind, skip ahead and print a lag line (with --follow).
+        #[arg(long, requires = "follow")]
+        max_lag: Option<u64>,
+        /// Keep printing new records as they arrive (a live subscription).
+        #[arg(long, short)]
+        follow: bool,
+        /// Print only each record's value.
+        #[arg(long)]
+        value_only: bool,
+    },
+    /// Find a record by its UID (exit 4 when not stored).
+    #[command(after_help = "Example: bus find audit --key agent-1 --uid evt-42")]
+    Find {
+        /// Topic.
+        topic: String,
+        /// Partition key the record was published with.
+        #[arg(long)]
+        key: String,
+        /// Event UID.
+        #[arg(long)]
+        uid: String,
+    },
+    /// Measure the backend --url names, or every compiled-in backend that is reachable.
+    #[command(
+        after_help = "Examples: bus bench --records 20000 --json > run.json; bus bench --compare run.json\n          bus --url nats://127.0.0.1:4222 bench      only NATS"
+    )]
+    Bench {
+        /// Records per throughput phase.
+        #[arg(long, default_value_t = 20_000)]
+        records: usize,
+        /// Approximate size of each JSON event in bytes.
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+        /// Publisher threads in the concurrent phase.
+        #[arg(long, default_value_t = 16)]
+        threads: usize,
+        /// Samples per latency phase.
+        #[arg(long, default_value_t = 1_000)]
+        samples: usize,
+        /// Write the rows as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Print the change against an earlier `--json` run.
+        #[arg(long)]
+        compare: Option<std::path::PathBuf>,
+        /// Only these backends (embedded, memory, nats, kafka); all reachable when omitted.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Seconds an idle subscription is watched for CPU use (0 skips it).
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
+        /// Replication factor of the bench topics (and, in bus-bench's
+        /// bench_side_by_side, of the raw clients' streams/topics beside them): 3 on a 3-node cluster shows what
+        /// replication costs.
+        #[arg(long, default_value_t = 1)]
+        replication_factor: u16,
+    },
+    /// Run retention (embedded and memory; brokers expire natively).
+    #[command(after_help = "Example: bus maintenance --now 1767225600000")]
+    Maintenance {
+        /// Clock to expire against, epoch ms (default: now).
+        #[arg(long)]
+        now: Option<u64>,
+    },
+    /// Named profiles: a URL and where its secret comes from, in the user's config directory.
+    #[command(
+        subcommand,
+        after_help = "Example: bus profile add prod 'kafkas://bob@kafka.example:9093?ca=/etc/bus/ca.pem' --password-env PROD_KAFKA_PASSWORD\n         bus --profile prod topics      (or BUS_PROFILE=prod)"
+    )]
+    Profile(ProfileCommand),
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Example: bus completions bash > ~/.local/share/bash-completion/completions/bus"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    #[command(after_help = "Example: bus man > ~/.local/share/man/man1/bus.1")]
+    Man,
+}
+
+/// `bus profile ...`.
+#[derive(Subcommand)]
+pub enum ProfileCommand {
+    /// Save a profile (the URL holds no secret; name where the secret comes from).
+    #[command(
+        after_help = "Example: bus profile add prod 'nats://nats.example:4222' --token-file ~/.config/bus/prod.token"
+    )]
+    Add {
+        /// Profile name.
+        name: String,
+        /// The bus URL, without password or token (USER@ is fine).
+        profile_url: String,
+        /// Environment variable holding the password.
+        #[arg(long)]
+        password_env: Option<String>,
+        /// File whose first line is the password.
+        #[arg(long)]
+        password_file: Option<std::path::PathBuf>,
+        /// Environment variable holding a token.
+        #[arg(long)]
+        token_env: Option<String>,
+        /// File whose first line is a token.
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// List the profiles (name and URL).
+    #[command(after_help = "Example: bus profile ls")]
+    Ls,
+    /// Show one profile, its secrets redacted.
+    #[command(after_help = "Example: bus profile show prod")]
+    Show {
+        /// Profile name.
+        name: String,
+    },
+}

@@ -1,0 +1,13 @@
+//! The `bus` binary, driven as a user would, through pipes.
+#![cfg(feature = "embedded")]
+#![allow(clippy::unwrap_used)]
+
+mod basics;
+mod docs;
+mod exit_codes;
+mod logging;
+mod positions;
+mod profiles;
+mod publish;
+mod secrets;
+mod support;
