@@ -38,7 +38,7 @@ pub(crate) const FIND_PAGE: i64 = 64;
 
 /// The statements the bus sends, with the schema name filled in: public,
 /// read-only, so a tool that writes or reads the same tables (the raw-client
-/// benchmark reference in `bus-reference`, a foreign writer) sends exactly
+/// benchmark reference in `bus-bench`, a foreign writer) sends exactly
 /// the bus's SQL instead of a copy that can drift. Built by
 /// [`Sql::for_options`]; the parameters of each are listed on its accessor.
 pub struct Sql {
