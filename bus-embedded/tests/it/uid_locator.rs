@@ -5,13 +5,11 @@
 //! duplicated; more sealed segments than it covers are asked directly.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::{TOPIC, assert_gap_free, copy_tree, provision, read_all, segments, value_for};
 use bus_core::{EventBus, Manifest, TopicSpec};
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, assert_gap_free, copy_tree, provision, read_all, segments, value_for};
 
 fn options() -> Options {
     Options::default()
@@ -155,7 +153,7 @@ fn a_locator_damaged_while_the_bus_is_open_is_not_answered_from() {
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0).unwrap();
     drop(file);
-    let log = support::global_log();
+    let log = crate::support::global_log();
     check(&bus, 0, 150, "damaged while open");
     let dir_name = dir.path().display().to_string();
     let text = log.text();

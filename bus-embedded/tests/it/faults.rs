@@ -3,18 +3,16 @@
 //! the partition stays poisoned until the bus is reopened.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::support::{TOPIC, assert_gap_free, open, provision, read_all, value_for};
 use bus_core::{BusError, EventBus};
 use bus_embedded::testing::FileLayer;
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, assert_gap_free, open, provision, read_all, value_for};
 
 /// Fails the `fail_write`-th write (after writing half of it, like a torn
 /// write) or the `fail_sync`-th fdatasync.

@@ -5,17 +5,15 @@
 //! record is lost or duplicated, and dedup holds across the reopen.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use bus_core::EventBus;
-use bus_embedded::{EmbeddedBus, Options};
-use support::{
+use crate::support::{
     TABLE_HEADER as HEADER, TOPIC, assert_gap_free, copy_tree, crc32c, provision, read_all,
     segments, table_contents, value_for, word,
 };
+use bus_core::EventBus;
+use bus_embedded::{EmbeddedBus, Options};
 
 /// Records per test log; with [`options`] about a dozen sealed segments.
 const N: usize = 120;
@@ -423,7 +421,7 @@ fn a_table_of_the_first_unkeyed_format_is_read_once_and_rewritten_keyed() {
         std::fs::write(table, old).unwrap();
     }
     // Converted from its own entries, not rebuilt from its segment.
-    let log = support::global_log();
+    let log = crate::support::global_log();
     assert_all_answers(dir.path(), &tables, Some(&originals), "first format");
     let log = lines_naming(&log.text(), dir.path());
     assert_eq!(
@@ -450,7 +448,7 @@ fn a_table_of_the_first_unkeyed_format_is_read_once_and_rewritten_keyed() {
     let last = old.len() - 3;
     old[last] ^= 0x20;
     std::fs::write(&tables[0], old).unwrap();
-    let log = support::global_log();
+    let log = crate::support::global_log();
     assert_all_answers(
         dir.path(),
         &tables,

@@ -3,13 +3,11 @@
 //! silently ends before it.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::path::Path;
 
+use crate::support::{TOPIC, frame_starts, provision, segments, value_for};
 use bus_core::{BusError, EventBus};
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, frame_starts, provision, segments, value_for};
 
 const RECORDS: usize = 40;
 

@@ -3,16 +3,14 @@
 //! once acked is reported, and one record reads back without its batch.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
-use bus_core::{BatchRecord, BusError, EventBus};
-use bus_embedded::EmbeddedBus;
-use support::{
+use crate::support::{
     TOPIC, assert_gap_free, frame_starts, open, provision, read_all, recovery_point, segments,
     value_for,
 };
+use bus_core::{BatchRecord, BusError, EventBus};
+use bus_embedded::EmbeddedBus;
 
 /// Records in the batch: several frames (of at most 16 records).
 const BATCH: usize = 200;

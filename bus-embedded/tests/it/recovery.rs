@@ -2,16 +2,14 @@
 //! sealed segments, damaged or missing indexes, interrupted rolls.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
-use bus_core::{BatchRecord, BusError, EventBus, StoredEvent};
-use bus_embedded::{EmbeddedBus, Options};
-use support::{
+use crate::support::{
     TOPIC, assert_gap_free, copy_tree, frame_starts, open, provision, read_all, recovery_point,
     segments, table_contents, value_for,
 };
+use bus_core::{BatchRecord, BusError, EventBus, StoredEvent};
+use bus_embedded::{EmbeddedBus, Options};
 
 fn uid(i: usize) -> String {
     format!("u{i}")

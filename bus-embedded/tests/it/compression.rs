@@ -5,19 +5,17 @@
 //! an existing topic with every record still readable.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::path::Path;
 
+use crate::support::{
+    TOPIC, assert_gap_free, copy_tree, frame_starts, open, read_all, recovery_point, segments,
+    value_for,
+};
 use bus_core::{
     BatchRecord, BusError, Compression, EventBus, Manifest, Selector, StartAt, SubscribeOptions,
     Subscription, SubscriptionItem, TopicSpec,
 };
 use bus_embedded::EmbeddedBus;
-use support::{
-    TOPIC, assert_gap_free, copy_tree, frame_starts, open, read_all, recovery_point, segments,
-    value_for,
-};
 
 const CODECS: [Compression; 2] = [Compression::Lz4, Compression::Zstd];
 /// Records published one by one before the batch.

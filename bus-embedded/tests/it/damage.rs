@@ -11,14 +11,12 @@
 //! lost, wherever it stood.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::support::{TOPIC, copy_tree, provision, segments};
 use bus_core::{BusError, EventBus};
 use bus_embedded::{EmbeddedBus, Options};
-use support::{TOPIC, copy_tree, provision, segments};
 
 /// Records published one by one (one frame each) in every state.
 const ACKED: usize = 12;
