@@ -318,10 +318,11 @@ impl Subscription {
             // A forged record (C19), or a record missing from the log (a
             // row deleted behind the bus): what comes before it, the error
             // naming it, then on after it, never a subscription stuck at it.
-            Err(error) if bad_offset(&error, partition).is_some_and(|offset| offset >= from) => {
-                let offset = bad_offset(&error, partition).unwrap_or(from);
-                // Deliver the good records before the forged one, then the
-                // error naming it, then go on after it (contract C19).
+            Err(error) => {
+                let Some(offset) = bad_offset(&error, partition).filter(|&offset| offset >= from)
+                else {
+                    return Err(error);
+                };
                 let before = usize::try_from(offset - from).unwrap_or(usize::MAX);
                 if before > 0 {
                     let events = match self.feed.read(partition, from, before) {
@@ -348,7 +349,6 @@ impl Subscription {
                 self.cursors[index].next = offset + 1;
                 return Ok(());
             }
-            Err(error) => return Err(error),
         };
         self.push_events(index, events);
         Ok(())
