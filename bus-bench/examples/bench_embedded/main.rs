@@ -18,7 +18,6 @@
 )]
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,6 +26,14 @@ use bus_core::{BatchRecord, Compression, EventBus, Manifest, TopicSpec};
 use bus_embedded::EmbeddedBus;
 use serde_json::{Value, json};
 
+mod references;
+mod workload;
+
+use references::{
+    bare_append_bandwidth, bare_fsync_rate, parse_rate, serialize_rate, sqlite_reference,
+};
+use workload::{Lcg, event, median_us, rate, uid, varied_event};
+
 struct Row {
     name: &'static str,
     value: f64,
@@ -34,146 +41,6 @@ struct Row {
     reference: Option<(&'static str, f64)>,
     ratio: Option<f64>,
     target: &'static str,
-}
-
-fn event(i: u64) -> Value {
-    let mut value = json!({
-        "metadata": {"uid": format!("e{i}")},
-        "agent": format!("agent-{}", i % 16),
-        "kind": "tool_call",
-        "seq": i,
-        "payload": "",
-    });
-    let len = serde_json::to_vec(&value).unwrap().len();
-    value["payload"] = json!("x".repeat(200usize.saturating_sub(len)));
-    value
-}
-
-/// Words of the varied events' text.
-const WORDS: [&str; 32] = [
-    "read", "write", "file", "open", "search", "query", "result", "error", "retry", "user",
-    "agent", "tool", "call", "plan", "step", "done", "cache", "miss", "token", "model", "fetch",
-    "index", "merge", "diff", "test", "build", "deploy", "check", "lint", "format", "commit",
-    "review",
-];
-
-/// A ~200-byte event whose fields vary as a real log's do (ids, a
-/// timestamp, a duration, a few words of text) rather than the padding of
-/// one repeated letter [`event`] uses, which compresses unrealistically well.
-fn varied_event(i: u64) -> Value {
-    let mut rng = Lcg(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut value = json!({
-        "metadata": {"uid": format!("e{i}")},
-        "agent": format!("agent-{}", rng.below(16)),
-        "kind": WORDS[rng.below(8) as usize],
-        "seq": i,
-        "ts": 1_764_900_000_000u64 + i * 37 + rng.below(1000),
-        "ms": rng.below(5000),
-        "trace": format!("{:08x}{:08x}", rng.below(1 << 32), rng.below(1 << 32)),
-        "text": "",
-    });
-    let room = 200usize.saturating_sub(serde_json::to_vec(&value).unwrap().len());
-    let mut text = String::new();
-    while text.len() < room {
-        if !text.is_empty() {
-            text.push(' ');
-        }
-        text.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
-    }
-    text.truncate(room);
-    value["text"] = json!(text);
-    value
-}
-
-fn uid(i: u64) -> String {
-    format!("e{i}")
-}
-
-fn rate(n: u64, elapsed: Duration) -> f64 {
-    n as f64 / elapsed.as_secs_f64()
-}
-
-fn median_us(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples[samples.len() / 2].as_secs_f64() * 1e6
-}
-
-struct Lcg(u64);
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n.max(1)
-    }
-}
-
-/// write + fdatasync of ~200-byte appends for about `budget`.
-fn bare_fsync_rate(dir: &Path, budget: Duration) -> f64 {
-    let path = dir.join("fsync-probe");
-    let file = std::fs::File::create(&path).unwrap();
-    let buf = [b'x'; 200];
-    let (start, mut n) = (Instant::now(), 0u64);
-    while start.elapsed() < budget {
-        file.write_all_at(&buf, n * 200).unwrap();
-        file.sync_data().unwrap();
-        n += 1;
-    }
-    let r = rate(n, start.elapsed());
-    std::fs::remove_file(path).unwrap();
-    r
-}
-
-/// write + fdatasync of 1 MiB appends for about `budget`: the disk's
-/// bandwidth for what a batch publish does (append, then sync). MB/s.
-fn bare_append_bandwidth(dir: &Path, budget: Duration) -> f64 {
-    const CHUNK: usize = 1 << 20;
-    let path = dir.join("append-probe");
-    let file = std::fs::File::create(&path).unwrap();
-    let buf = vec![b'x'; CHUNK];
-    let (start, mut n) = (Instant::now(), 0u64);
-    while start.elapsed() < budget {
-        file.write_all_at(&buf, n * CHUNK as u64).unwrap();
-        file.sync_data().unwrap();
-        n += 1;
-    }
-    let r = rate(n * CHUNK as u64, start.elapsed()) / 1e6;
-    std::fs::remove_file(path).unwrap();
-    r
-}
-
-/// `serde_json::from_slice::<Value>` of the bench's events (already
-/// serialized, ~200 bytes each) for about `budget`: records/s. What a
-/// replay must at least do per record.
-fn parse_rate(budget: Duration) -> f64 {
-    let events: Vec<Vec<u8>> = (0..10_000)
-        .map(|i| serde_json::to_vec(&event(i)).unwrap())
-        .collect();
-    let (start, mut n) = (Instant::now(), 0u64);
-    while start.elapsed() < budget {
-        for bytes in &events {
-            let value: Value = serde_json::from_slice(bytes).unwrap();
-            std::hint::black_box(value);
-        }
-        n += events.len() as u64;
-    }
-    rate(n, start.elapsed())
-}
-
-/// `serde_json::to_vec` of the bench's events (built as `Value`s first)
-/// for about `budget`: records/s. What a publish must at least do per
-/// record (the trait takes a `Value`; the log stores its bytes).
-fn serialize_rate(budget: Duration) -> f64 {
-    let events: Vec<Value> = (0..10_000u64).map(event).collect();
-    let (start, mut n) = (Instant::now(), 0u64);
-    while start.elapsed() < budget {
-        for value in &events {
-            std::hint::black_box(serde_json::to_vec(value).unwrap());
-        }
-        n += events.len() as u64;
-    }
-    rate(n, start.elapsed())
 }
 
 fn provision(bus: &dyn EventBus, name: &str) {
@@ -269,108 +136,6 @@ fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (f64, f64) {
         })
         .collect();
     (median_us(fetches), median_us(finds))
-}
-
-/// The same work in SQLite (WAL, `synchronous=FULL`): `records` events
-/// inserted 1000 per transaction, replayed 1000 per query, and read one
-/// by rowid at random, each value parsed as fetch does, and looked up by
-/// UID through an index (created after the timed inserts, so the insert
-/// figure stays comparable with earlier runs). Returns (insert rec/s,
-/// replay rec/s, fetch median µs, find-by-UID median µs).
-fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64, f64) {
-    let db = rusqlite::Connection::open(dir.join("reference.sqlite")).unwrap();
-    db.pragma_update(None, "journal_mode", "WAL").unwrap();
-    db.pragma_update(None, "synchronous", "FULL").unwrap();
-    db.execute_batch(
-        "CREATE TABLE events (offset INTEGER PRIMARY KEY, key TEXT NOT NULL, uid TEXT, stored_at INTEGER NOT NULL, value BLOB NOT NULL)",
-    )
-    .unwrap();
-    let mut spent = Duration::ZERO;
-    let mut i = 0;
-    while i < records {
-        let rows: Vec<(u64, String, Vec<u8>)> = (i..(i + 1000).min(records))
-            .map(|j| (j, uid(j), serde_json::to_vec(&event(j)).unwrap()))
-            .collect();
-        i += rows.len() as u64;
-        let start = Instant::now();
-        let tx = db.unchecked_transaction().unwrap();
-        {
-            let mut insert = tx
-                .prepare_cached("INSERT INTO events VALUES (?1, 'k', ?2, ?3, ?4)")
-                .unwrap();
-            for (offset, uid, value) in &rows {
-                insert
-                    .execute(rusqlite::params![*offset as i64, uid, 0i64, value])
-                    .unwrap();
-            }
-        }
-        tx.commit().unwrap();
-        spent += start.elapsed();
-    }
-    let insert = rate(records, spent);
-    let start = Instant::now();
-    let mut offset = 0i64;
-    let mut seen = 0u64;
-    let mut page = db
-        .prepare(
-            "SELECT offset, key, value FROM events WHERE offset >= ?1 ORDER BY offset LIMIT 1000",
-        )
-        .unwrap();
-    loop {
-        let got: Vec<(i64, String, Value)> = page
-            .query_map([offset], |row| {
-                let value: Vec<u8> = row.get(2)?;
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    serde_json::from_slice(&value).unwrap(),
-                ))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let Some(last) = got.last() else { break };
-        offset = last.0 + 1;
-        seen += got.len() as u64;
-    }
-    assert_eq!(seen, records);
-    let replay = rate(records, start.elapsed());
-    let mut rng = Lcg(records);
-    let mut one = db
-        .prepare("SELECT key, value FROM events WHERE offset = ?1")
-        .unwrap();
-    let fetches = (0..2000)
-        .map(|_| {
-            let offset = rng.below(records) as i64;
-            let start = Instant::now();
-            let got: (String, Value) = one
-                .query_row([offset], |row| {
-                    let value: Vec<u8> = row.get(1)?;
-                    Ok((row.get(0)?, serde_json::from_slice(&value).unwrap()))
-                })
-                .unwrap();
-            let took = start.elapsed();
-            assert_eq!(got.1["seq"], offset);
-            took
-        })
-        .collect();
-    db.execute_batch("CREATE INDEX events_uid ON events (uid)")
-        .unwrap();
-    let mut by_uid = db
-        .prepare("SELECT offset FROM events WHERE uid = ?1 ORDER BY offset LIMIT 1")
-        .unwrap();
-    let finds = (0..2000)
-        .map(|_| {
-            let i = rng.below(records);
-            let wanted = uid(i);
-            let start = Instant::now();
-            let got: i64 = by_uid.query_row([&wanted], |row| row.get(0)).unwrap();
-            let took = start.elapsed();
-            assert_eq!(got as u64, i);
-            took
-        })
-        .collect();
-    (insert, replay, median_us(fetches), median_us(finds))
 }
 
 /// A field of `/proc/self/status` (`VmRSS`, `RssAnon`) in MiB.
