@@ -6,7 +6,7 @@
 //! subscription, re-created under a new name. Each test owns its stream
 //! prefix.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

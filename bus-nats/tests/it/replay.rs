@@ -6,7 +6,7 @@
 //! reader jumps elsewhere, and when the server deletes the reader's
 //! consumer under it.
 
-mod common;
+use crate::common;
 
 use bus_core::{BatchRecord, EventBus, Manifest, StoredEvent, TopicSpec};
 use bus_nats::NatsBus;

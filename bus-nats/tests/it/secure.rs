@@ -6,7 +6,7 @@
 //! an untrusted account fail within the timeouts, and no error or `Debug`
 //! text shows a secret.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

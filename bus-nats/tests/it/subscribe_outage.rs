@@ -3,7 +3,7 @@
 //! and says the backend is unavailable; once it is back (same port, same
 //! store) the same subscription goes on with no gap and no duplicate.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! server with `max_payload: 8MB`). C6/C14: concurrent retries behind a
 //! forged UID record still store one genuine record.
 
-mod common;
+use crate::common;
 
 use bus_core::{BusError, EventBus, Manifest, TopicSpec};
 use bus_nats::NatsBus;
