@@ -2,7 +2,7 @@
 //! then the live tail, `max_lag` jumps, and more records than a partition's
 //! buffer holds. Each test provisions under its own manifest topic.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! `connect_async`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! exist afterwards, while a raw client writing to an unknown topic does
 //! create it (which proves the broker would have).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
