@@ -381,12 +381,7 @@ impl Subscription {
                 // Retention took these before they were read.
                 expired += event.offset - from;
                 from = event.offset + 1;
-                let cursor = &mut self.cursors[index];
-                if cursor.not_before.is_some_and(|time| event.stored_at < time) {
-                    continue;
-                }
-                if self.key.as_deref() == Some(event.key.as_str()) {
-                    cursor.not_before = None;
+                if self.wanted(index, &event) {
                     seen += 1;
                     kept.push_back(event);
                     if kept.len() > bound {
@@ -434,6 +429,23 @@ impl Subscription {
         );
     }
 
+    /// Whether the subscriber gets `event`, the next record read on cursor
+    /// `index`: not before the start time, and of the subscription's key if
+    /// it has one. The one place both reads ([`Self::push_events`] and the
+    /// key catch-up) apply the two filters.
+    fn wanted(&mut self, index: usize, event: &StoredEvent) -> bool {
+        let cursor = &mut self.cursors[index];
+        if let Some(time) = cursor.not_before {
+            if event.stored_at < time {
+                return false;
+            }
+            // From the first record at or after the time on, the log's
+            // order decides (a clock step back does not hide records).
+            cursor.not_before = None;
+        }
+        self.key.as_deref().is_none_or(|key| key == event.key)
+    }
+
     fn push_events(&mut self, index: usize, events: Vec<StoredEvent>) {
         for event in events {
             let next = self.cursors[index].next;
@@ -446,17 +458,7 @@ impl Subscription {
             }
             let position = event.offset + 1;
             self.cursors[index].next = position;
-            let cursor = &mut self.cursors[index];
-            if let Some(time) = cursor.not_before {
-                if event.stored_at < time {
-                    self.pass_over(index, position);
-                    continue;
-                }
-                // From the first record at or after the time on, the log's
-                // order decides (a clock step back does not hide records).
-                cursor.not_before = None;
-            }
-            if self.key.as_deref().is_none_or(|key| key == event.key) {
+            if self.wanted(index, &event) {
                 let topic = self.topic.clone();
                 self.queue(
                     index,
