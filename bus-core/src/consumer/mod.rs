@@ -42,6 +42,8 @@ mod memory;
 mod options;
 mod store;
 mod stream;
+#[cfg(feature = "async")]
+mod asynchronous;
 
 pub use admin::{delete_consumer, list_consumers, open_consumer, reset_consumer};
 pub use engine::{Consumer, Delivery};
@@ -51,6 +53,8 @@ pub use store::{
     CursorState, CursorStore, OwnerToken, PartitionState, StoredSelector, check_owner, fenced_error,
 };
 pub use stream::ConsumerStream;
+#[cfg(feature = "async")]
+pub use asynchronous::{consume_async, consumers_async, delete_consumer_async, reset_consumer_async};
 
 use std::time::Duration;
 
@@ -116,27 +120,37 @@ pub trait DurableConsumers {
     fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError>;
 }
 
-impl<T: DurableConsumers + ?Sized> DurableConsumers for std::sync::Arc<T> {
-    fn consume(
-        &self,
-        topic: &str,
-        name: &str,
-        selector: Selector,
-        start_if_new: StartAt,
-        options: ConsumeOptions,
-    ) -> Result<Consumer, BusError> {
-        (**self).consume(topic, name, selector, start_if_new, options)
-    }
-    fn consumers(&self, topic: &str) -> Result<Vec<ConsumerInfo>, BusError> {
-        (**self).consumers(topic)
-    }
-    fn reset_consumer(&self, topic: &str, name: &str, start: StartAt) -> Result<(), BusError> {
-        (**self).reset_consumer(topic, name, start)
-    }
-    fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
-        (**self).delete_consumer(topic, name)
-    }
+/// Forwards every method, so a bus with durable consumers travels as
+/// `Box<T>`, `Arc<T>` or `&T` (the facade's `Box<dyn bus::Bus>` among them).
+macro_rules! forward_durable_consumers {
+    ($($impl_head:tt)*) => {
+        $($impl_head)* {
+            fn consume(
+                &self,
+                topic: &str,
+                name: &str,
+                selector: Selector,
+                start_if_new: StartAt,
+                options: ConsumeOptions,
+            ) -> Result<Consumer, BusError> {
+                (**self).consume(topic, name, selector, start_if_new, options)
+            }
+            fn consumers(&self, topic: &str) -> Result<Vec<ConsumerInfo>, BusError> {
+                (**self).consumers(topic)
+            }
+            fn reset_consumer(&self, topic: &str, name: &str, start: StartAt) -> Result<(), BusError> {
+                (**self).reset_consumer(topic, name, start)
+            }
+            fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
+                (**self).delete_consumer(topic, name)
+            }
+        }
+    };
 }
+
+forward_durable_consumers!(impl<T: DurableConsumers + ?Sized> DurableConsumers for std::sync::Arc<T>);
+forward_durable_consumers!(impl<T: DurableConsumers + ?Sized> DurableConsumers for Box<T>);
+forward_durable_consumers!(impl<T: DurableConsumers + ?Sized> DurableConsumers for &T);
 
 /// Checks a consumer name: the topic-name rule (C20), reported on field
 /// `consumer`.
