@@ -4,6 +4,7 @@
 
 mod basics;
 mod docs;
+mod consumers;
 mod exit_codes;
 mod logging;
 mod positions;
