@@ -23,8 +23,9 @@ async fn a_stream_consumer_acks_and_a_restart_sees_nothing_acked_again() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
     let manifest = Manifest::new([TopicSpec::new("jobs", 2)]);
+    let manifest = &manifest;
     let open = |url: String| async move {
-        let bus = bus::open_consumers_async(&url, &manifest).await.unwrap();
+        let bus = bus::open_consumers_async(&url, manifest).await.unwrap();
         let stream = consume_async(
             bus.clone(),
             "jobs",
@@ -42,7 +43,9 @@ async fn a_stream_consumer_acks_and_a_restart_sees_nothing_acked_again() {
     let mut published = Vec::new();
     for n in 0..6 {
         let key = format!("k{n}");
-        let ack = bus.publish("jobs", &key, &serde_json::json!({ "n": n })).unwrap();
+        let ack = bus
+            .publish("jobs", &key, &serde_json::json!({ "n": n }))
+            .unwrap();
         published.push((ack.partition, ack.offset));
     }
     let mut acked = Vec::new();
@@ -66,7 +69,10 @@ async fn a_stream_consumer_acks_and_a_restart_sees_nothing_acked_again() {
         again.push((delivery.partition, delivery.offset));
     }
     for record in &again {
-        assert!(!acked.contains(record), "{record:?} was acked, then delivered again");
+        assert!(
+            !acked.contains(record),
+            "{record:?} was acked, then delivered again"
+        );
     }
     assert!(
         again.contains(&(unacked.partition, unacked.offset)),

@@ -37,7 +37,9 @@ fn memory_url_consumes_and_is_a_plain_event_bus_too() {
     // Upcasts: what takes the plain trait takes this bus.
     let plain: &dyn EventBus = bus.as_ref();
     for n in 0..4 {
-        plain.publish("jobs", "k", &serde_json::json!({ "n": n })).unwrap();
+        plain
+            .publish("jobs", "k", &serde_json::json!({ "n": n }))
+            .unwrap();
     }
     assert_eq!(consume_and_ack(bus.as_ref(), "jobs", "w", 2), [0, 1]);
     assert_eq!(consume_and_ack(bus.as_ref(), "jobs", "w", 2), [2, 3]);
@@ -50,8 +52,8 @@ fn memory_url_consumes_and_is_a_plain_event_bus_too() {
 
 #[test]
 fn a_bad_consumer_name_is_invalid_argument_on_consumer() {
-    let bus = bus::open_consumers("memory://", &Manifest::new([TopicSpec::new("jobs", 1)]))
-        .unwrap();
+    let bus =
+        bus::open_consumers("memory://", &Manifest::new([TopicSpec::new("jobs", 1)])).unwrap();
     let bad = bus.consume(
         "jobs",
         "no spaces",
@@ -86,7 +88,8 @@ fn file_url_consumer_resumes_after_its_acks_when_reopened() {
     {
         let bus = bus::open_consumers(&url, &manifest).unwrap();
         for n in 0..5 {
-            bus.publish("jobs", "k", &serde_json::json!({ "n": n })).unwrap();
+            bus.publish("jobs", "k", &serde_json::json!({ "n": n }))
+                .unwrap();
         }
         assert_eq!(consume_and_ack(bus.as_ref(), "jobs", "w", 3), [0, 1, 2]);
     }
@@ -97,9 +100,10 @@ fn file_url_consumer_resumes_after_its_acks_when_reopened() {
 /// The consumer calls of a bus opened by URL run in the schema's spans.
 #[test]
 fn consumer_calls_run_in_spans() {
-    let bus = bus::open_consumers("memory://", &Manifest::new([TopicSpec::new("jobs", 1)]))
+    let bus =
+        bus::open_consumers("memory://", &Manifest::new([TopicSpec::new("jobs", 1)])).unwrap();
+    bus.publish("jobs", "k", &serde_json::json!({"n": 0}))
         .unwrap();
-    bus.publish("jobs", "k", &serde_json::json!({"n": 0})).unwrap();
     let every = || {
         consume_and_ack(bus.as_ref(), "jobs", "w", 1);
         bus.consumers("jobs").unwrap();
@@ -189,7 +193,8 @@ fn postgres_url_consumes_and_resumes() {
     {
         let bus = bus::open_consumers(&url, &manifest).unwrap();
         for n in 0..4 {
-            bus.publish(&topic, "k", &serde_json::json!({ "n": n })).unwrap();
+            bus.publish(&topic, "k", &serde_json::json!({ "n": n }))
+                .unwrap();
         }
         assert_eq!(consume_and_ack(bus.as_ref(), &topic, "w", 2), [0, 1]);
     }

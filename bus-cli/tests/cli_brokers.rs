@@ -168,14 +168,31 @@ fn consumers_through_the_cli_on_postgres() {
     let provisioned = run(&url, &["provision", &path], None);
     assert_eq!(provisioned.code, 0, "{}", provisioned.stderr);
     for i in 0..5 {
-        ok(&url, &["publish", &topic, "--key", &format!("k{i}"), &format!("{{\"i\":{i}}}")], None);
+        ok(
+            &url,
+            &[
+                "publish",
+                &topic,
+                "--key",
+                &format!("k{i}"),
+                &format!("{{\"i\":{i}}}"),
+            ],
+            None,
+        );
     }
     let values = |lines: &[Value]| {
-        let mut values: Vec<i64> = lines.iter().filter_map(|l| l["value"]["i"].as_i64()).collect();
+        let mut values: Vec<i64> = lines
+            .iter()
+            .filter_map(|l| l["value"]["i"].as_i64())
+            .collect();
         values.sort_unstable();
         values
     };
-    let first = ok(&url, &["consume", &topic, "--as", "mailer", "--max", "3"], None);
+    let first = ok(
+        &url,
+        &["consume", &topic, "--as", "mailer", "--max", "3"],
+        None,
+    );
     assert_eq!(first.len(), 3, "{first:?}");
     let lag: u64 = ok(&url, &["consumers", &topic, "--json"], None)
         .iter()
@@ -187,9 +204,16 @@ fn consumers_through_the_cli_on_postgres() {
     all.extend(values(&rest));
     all.sort_unstable();
     assert_eq!(all, [0, 1, 2, 3, 4], "each record once: {first:?} {rest:?}");
-    let reset = run(&url, &["consumer", "reset", &topic, "mailer", "--to", "beginning"], None);
+    let reset = run(
+        &url,
+        &["consumer", "reset", &topic, "mailer", "--to", "beginning"],
+        None,
+    );
     assert_eq!(reset.code, 0, "{}", reset.stderr);
-    assert_eq!(values(&ok(&url, &["consume", &topic, "--as", "mailer"], None)), [0, 1, 2, 3, 4]);
+    assert_eq!(
+        values(&ok(&url, &["consume", &topic, "--as", "mailer"], None)),
+        [0, 1, 2, 3, 4]
+    );
     let bad = run(&url, &["consume", &topic, "--as", "bad name"], None);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     let deleted = run(&url, &["consumer", "delete", &topic, "mailer"], None);

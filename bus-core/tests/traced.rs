@@ -212,5 +212,8 @@ fn every_consumer_operation_runs_in_its_span() {
     // A bare bus's consumer calls open none (the check above can fail).
     let bare = MemoryBus::new();
     let log = spans_of(|| every_consumer_operation(&bare));
-    assert!(!log.contains("bus.consum"), "a bare bus opened spans:\n{log}");
+    assert!(
+        !log.contains("bus.consum"),
+        "a bare bus opened spans:\n{log}"
+    );
 }

@@ -16,7 +16,11 @@ fn jobs(n: usize) -> Dir {
     );
     let input: String = (0..n).map(|i| format!("{{\"i\":{i}}}\n")).collect();
     for (i, line) in input.lines().enumerate() {
-        ok(&dir, &["publish", "jobs", "--key", &format!("k{i}"), line], None);
+        ok(
+            &dir,
+            &["publish", "jobs", "--key", &format!("k{i}"), line],
+            None,
+        );
     }
     dir
 }
@@ -33,10 +37,22 @@ fn values(lines: &[Value]) -> Vec<i64> {
 #[test]
 fn a_second_run_starts_after_the_first_runs_acks() {
     let dir = jobs(7);
-    let first = json_lines(&ok(&dir, &["consume", "jobs", "--as", "mailer", "--max", "3"], None));
+    let first = json_lines(&ok(
+        &dir,
+        &["consume", "jobs", "--as", "mailer", "--max", "3"],
+        None,
+    ));
     assert_eq!(first.len(), 3, "{first:?}");
-    assert!(first.iter().all(|l| l["topic"] == "jobs" && l["delivery_count"].is_null()));
-    let second = json_lines(&ok(&dir, &["consume", "jobs", "--as", "mailer", "--max", "3"], None));
+    assert!(
+        first
+            .iter()
+            .all(|l| l["topic"] == "jobs" && l["delivery_count"].is_null())
+    );
+    let second = json_lines(&ok(
+        &dir,
+        &["consume", "jobs", "--as", "mailer", "--max", "3"],
+        None,
+    ));
     assert_eq!(second.len(), 3, "{second:?}");
     let mut seen = values(&first);
     for value in values(&second) {
@@ -57,12 +73,28 @@ fn a_second_run_starts_after_the_first_runs_acks() {
 #[test]
 fn consumers_shows_the_cursor_and_the_lag() {
     let dir = jobs(5);
-    ok(&dir, &["consume", "jobs", "--as", "mailer", "--max", "2", "--ack-every", "2"], None);
+    ok(
+        &dir,
+        &[
+            "consume",
+            "jobs",
+            "--as",
+            "mailer",
+            "--max",
+            "2",
+            "--ack-every",
+            "2",
+        ],
+        None,
+    );
     let rows = json_lines(&ok(&dir, &["consumers", "jobs", "--json"], None));
     assert_eq!(rows.len(), 2, "one row per partition: {rows:?}");
     let lag: u64 = rows.iter().filter_map(|r| r["lag_records"].as_u64()).sum();
     assert_eq!(lag, 3, "{rows:?}");
-    assert!(rows.iter().all(|r| r["consumer"] == "mailer" && r["selector"] == "topic"));
+    assert!(
+        rows.iter()
+            .all(|r| r["consumer"] == "mailer" && r["selector"] == "topic")
+    );
     // A partition with records waiting reports how old the oldest is.
     assert!(
         rows.iter()
@@ -71,49 +103,102 @@ fn consumers_shows_the_cursor_and_the_lag() {
     );
     let table = ok(&dir, &["consumers", "jobs"], None);
     let header = table.lines().next().unwrap_or_default();
-    for column in ["consumer", "selector", "partition", "cursor", "lag", "lag_time"] {
+    for column in [
+        "consumer",
+        "selector",
+        "partition",
+        "cursor",
+        "lag",
+        "lag_time",
+    ] {
         assert!(header.contains(column), "{table}");
     }
-    assert_eq!(table.lines().filter(|l| l.starts_with("mailer")).count(), 2, "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("mailer")).count(),
+        2,
+        "{table}"
+    );
 }
 
 #[test]
 fn reset_then_consume_sees_the_records_again_and_delete_forgets_the_consumer() {
     let dir = jobs(4);
-    assert_eq!(json_lines(&ok(&dir, &["consume", "jobs", "--as", "mailer"], None)).len(), 4);
-    let reset = ok(&dir, &["consumer", "reset", "jobs", "mailer", "--to", "beginning"], None);
+    assert_eq!(
+        json_lines(&ok(&dir, &["consume", "jobs", "--as", "mailer"], None)).len(),
+        4
+    );
+    let reset = ok(
+        &dir,
+        &["consumer", "reset", "jobs", "mailer", "--to", "beginning"],
+        None,
+    );
     assert!(reset.contains("reset consumer mailer of jobs"), "{reset}");
     let again = json_lines(&ok(&dir, &["consume", "jobs", "--as", "mailer"], None));
     assert_eq!(values(&again), [0, 1, 2, 3]);
     // --to end: nothing left to print.
-    ok(&dir, &["consumer", "reset", "jobs", "mailer", "--to", "end"], None);
+    ok(
+        &dir,
+        &["consumer", "reset", "jobs", "mailer", "--to", "end"],
+        None,
+    );
     let rows = json_lines(&ok(&dir, &["consumers", "jobs", "--json"], None));
     assert!(rows.iter().all(|r| r["lag_records"] == 0), "{rows:?}");
 
     let deleted = ok(&dir, &["consumer", "delete", "jobs", "mailer"], None);
-    assert!(deleted.contains("deleted consumer mailer of jobs"), "{deleted}");
+    assert!(
+        deleted.contains("deleted consumer mailer of jobs"),
+        "{deleted}"
+    );
     assert!(json_lines(&ok(&dir, &["consumers", "jobs", "--json"], None)).is_empty());
     let missing = run(&dir, &["consumer", "delete", "jobs", "mailer"], None);
     assert_eq!(missing.code, 4, "{}", missing.stderr);
-    assert!(missing.stderr.contains("no consumer \"mailer\""), "{}", missing.stderr);
-    let unknown = run(&dir, &["consumer", "reset", "jobs", "mailer", "--to", "beginning"], None);
+    assert!(
+        missing.stderr.contains("no consumer \"mailer\""),
+        "{}",
+        missing.stderr
+    );
+    let unknown = run(
+        &dir,
+        &["consumer", "reset", "jobs", "mailer", "--to", "beginning"],
+        None,
+    );
     assert_eq!(unknown.code, 2, "{}", unknown.stderr);
     // Deleted: the name starts afresh where --from says.
-    let fresh = json_lines(&ok(&dir, &["consume", "jobs", "--as", "mailer", "--from", "end"], None));
+    let fresh = json_lines(&ok(
+        &dir,
+        &["consume", "jobs", "--as", "mailer", "--from", "end"],
+        None,
+    ));
     assert!(fresh.is_empty(), "{fresh:?}");
 }
 
 #[test]
 fn from_and_partition_choose_where_a_new_consumer_starts() {
     let dir = jobs(6);
-    let last = json_lines(&ok(&dir, &["consume", "jobs", "--as", "tail1", "--from", "-1"], None));
+    let last = json_lines(&ok(
+        &dir,
+        &["consume", "jobs", "--as", "tail1", "--from", "-1"],
+        None,
+    ));
     assert_eq!(last.len(), 2, "the newest of each partition: {last:?}");
     let one = json_lines(&ok(
         &dir,
-        &["consume", "jobs", "--as", "p0", "--partition", "0", "--value-only"],
+        &[
+            "consume",
+            "jobs",
+            "--as",
+            "p0",
+            "--partition",
+            "0",
+            "--value-only",
+        ],
         None,
     ));
-    let tail = json_lines(&ok(&dir, &["tail", "jobs", "--partition", "0", "--value-only"], None));
+    let tail = json_lines(&ok(
+        &dir,
+        &["tail", "jobs", "--partition", "0", "--value-only"],
+        None,
+    ));
     assert_eq!(one, tail);
 }
 
@@ -128,7 +213,20 @@ fn bad_input_exits_2_with_a_clear_message_and_changes_nothing() {
         bad.stderr
     );
     assert!(bad.stdout.is_empty(), "{}", bad.stdout);
-    let dead = run(&dir, &["consume", "jobs", "--as", "w", "--dead-letter", "nowhere", "--max-deliver", "3"], None);
+    let dead = run(
+        &dir,
+        &[
+            "consume",
+            "jobs",
+            "--as",
+            "w",
+            "--dead-letter",
+            "nowhere",
+            "--max-deliver",
+            "3",
+        ],
+        None,
+    );
     assert_eq!(dead.code, 2, "{}", dead.stderr);
     assert!(dead.stderr.contains("nowhere"), "{}", dead.stderr);
     let unknown = run(&dir, &["consume", "ghost", "--as", "w"], None);
@@ -136,7 +234,11 @@ fn bad_input_exits_2_with_a_clear_message_and_changes_nothing() {
     // None of the refusals created a consumer.
     assert!(json_lines(&ok(&dir, &["consumers", "jobs", "--json"], None)).is_empty());
     // --max-deliver without --dead-letter is refused by the parser.
-    let alone = run(&dir, &["consume", "jobs", "--as", "w", "--max-deliver", "3"], None);
+    let alone = run(
+        &dir,
+        &["consume", "jobs", "--as", "w", "--max-deliver", "3"],
+        None,
+    );
     assert_eq!(alone.code, 2, "{}", alone.stderr);
 }
 
@@ -145,7 +247,16 @@ fn a_dead_letter_consumer_runs_and_prints() {
     let dir = jobs(3);
     let lines = json_lines(&ok(
         &dir,
-        &["consume", "jobs", "--as", "w", "--dead-letter", "jobs-dead", "--max-deliver", "2"],
+        &[
+            "consume",
+            "jobs",
+            "--as",
+            "w",
+            "--dead-letter",
+            "jobs-dead",
+            "--max-deliver",
+            "2",
+        ],
         None,
     ));
     assert_eq!(values(&lines), [0, 1, 2]);

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod basics;
-mod docs;
 mod consumers;
+mod docs;
 mod exit_codes;
 mod logging;
 mod positions;

@@ -37,15 +37,19 @@
 
 mod acked;
 mod admin;
+#[cfg(feature = "async")]
+mod asynchronous;
 mod engine;
 mod memory;
 mod options;
 mod store;
 mod stream;
-#[cfg(feature = "async")]
-mod asynchronous;
 
 pub use admin::{delete_consumer, list_consumers, open_consumer, reset_consumer};
+#[cfg(feature = "async")]
+pub use asynchronous::{
+    consume_async, consumers_async, delete_consumer_async, reset_consumer_async,
+};
 pub use engine::{Consumer, Delivery};
 pub use memory::MemoryCursorStore;
 pub use options::{ConsumeOptions, OwnerPolicy};
@@ -53,8 +57,6 @@ pub use store::{
     CursorState, CursorStore, OwnerToken, PartitionState, StoredSelector, check_owner, fenced_error,
 };
 pub use stream::ConsumerStream;
-#[cfg(feature = "async")]
-pub use asynchronous::{consume_async, consumers_async, delete_consumer_async, reset_consumer_async};
 
 use std::time::Duration;
 
