@@ -130,7 +130,7 @@ pub enum Command {
     /// Consume a topic as a durable consumer: print records as `tail` does and acknowledge each
     /// once printed; the next run goes on after the last acknowledgement.
     #[command(
-        after_help = "Examples: bus consume audit --as mailer --max 100\n          bus consume audit --as mailer --follow --ack-every 100\n          bus consume audit --as mailer --dead-letter audit-dead --max-deliver 5\n\nEach line is tail's (topic, partition, offset, key, uid, stored_at, value), with\n\"delivery_count\" added when a record is delivered again (it was printed and not acknowledged\nbefore a crash). Without --follow it exits once it has read what was stored when it started.\nAnother running instance of the same consumer: exit 6."
+        after_help = "Examples: bus consume audit --as mailer --max 100\n          bus consume audit --as mailer --follow --ack-every 100\n          bus consume audit --as mailer --dead-letter audit-dead --max-deliver 5\n\nEach line is tail's (topic, partition, offset, key, uid, stored_at, value), with\n\"delivery_count\" added when a record is delivered again (it was printed and not acknowledged\nbefore a crash). Without --follow it exits once it has read what was stored when it started.\nAnother running instance of the same consumer: exit 6 (or --take-over)."
     )]
     Consume {
         /// Topic.
@@ -164,6 +164,10 @@ pub enum Command {
         /// Deliveries without an acknowledgement before a record is dead-lettered (needs --dead-letter).
         #[arg(long, requires = "dead_letter", value_parser = clap::value_parser!(u32).range(1..))]
         max_deliver: Option<u32>,
+        /// Take the consumer over from a running instance (which is fenced: its next ack fails
+        /// and it exits 6) instead of exiting 6 because it is owned.
+        #[arg(long)]
+        take_over: bool,
         /// Keep consuming new records as they arrive.
         #[arg(long, short)]
         follow: bool,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use bus::consumer::{ConsumeOptions, Consumer, ConsumerInfo, Delivery};
+use bus::consumer::{ConsumeOptions, Consumer, ConsumerInfo, Delivery, OwnerPolicy};
 use bus::{Bus, BusError, EventBus, Selector, StartAt, partition_for};
 
 use super::commands::{record_line, require_existing_dir, with_lock_wait};
@@ -54,6 +54,8 @@ pub struct ConsumeArgs {
     pub dead_letter: Option<String>,
     /// Dead-letter a record after this many deliveries without an ack.
     pub max_deliver: Option<u32>,
+    /// Take ownership from a running instance, fencing it (C23).
+    pub take_over: bool,
     /// Keep consuming new records as they arrive.
     pub follow: bool,
     /// Print only each record's value.
@@ -130,6 +132,9 @@ pub fn consume(
     }
     if let Some(deliveries) = args.max_deliver {
         options = options.max_deliver(deliveries);
+    }
+    if args.take_over {
+        options = options.owner(OwnerPolicy::TakeOver);
     }
     // Heads before the consumer opens: without --follow, what it must
     // have seen to be done.

@@ -142,6 +142,7 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             ack_every,
             dead_letter,
             max_deliver,
+            take_over,
             follow,
             value_only,
         } => {
@@ -157,6 +158,7 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
                 ack_every,
                 dead_letter,
                 max_deliver,
+                take_over,
                 follow,
                 value_only,
             };

@@ -263,3 +263,41 @@ fn a_dead_letter_consumer_runs_and_prints() {
     // Everything was acknowledged: nothing went to the dead-letter topic.
     assert!(ok(&dir, &["tail", "jobs-dead"], None).is_empty());
 }
+
+/// A second instance exits 6 while one runs; `--take-over` takes the
+/// consumer, and the running one is fenced: its next ack fails and it exits
+/// 6 (C23).
+#[test]
+fn take_over_fences_the_running_instance() {
+    let dir = jobs(2);
+    let mut first = bus(&dir)
+        .args(["consume", "jobs", "--as", "w", "--follow"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the first instance");
+    // Listed once the first instance has opened it (and owns it while it runs).
+    eventually("the first instance to open w", || {
+        !json_lines(&ok(&dir, &["consumers", "jobs", "--json"], None)).is_empty()
+    });
+    let busy = run(&dir, &["consume", "jobs", "--as", "w"], None);
+    assert_eq!(busy.code, 6, "{}", busy.stderr);
+    assert!(busy.stderr.contains("owned by another"), "{}", busy.stderr);
+    ok(&dir, &["consume", "jobs", "--as", "w", "--take-over"], None);
+    ok(
+        &dir,
+        &["publish", "jobs", "--key", "k9", r#"{"i":9}"#],
+        None,
+    );
+    eventually("the fenced instance to exit", || {
+        first.try_wait().expect("try_wait").is_some()
+    });
+    let output = first.wait_with_output().expect("first instance");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(6), "{stderr}");
+    assert!(
+        stderr.contains("fenced") || stderr.contains("ownership"),
+        "{stderr}"
+    );
+}
