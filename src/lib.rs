@@ -16,7 +16,11 @@ pub use bus_core::{AsyncEventBus, BoxFuture};
 #[cfg(feature = "async")]
 mod async_open;
 #[cfg(feature = "async")]
-pub use async_open::{connect_async, open_async};
+pub use async_open::{connect_async, connect_consumers_async, open_async, open_consumers_async};
+
+mod consumers;
+pub use consumers::{Bus, connect_consumers, open_consumers};
+mod unconsumable;
 
 // Each backend crate, and its bus and options types, under the facade: a
 // user who builds a backend by hand (`bus::NatsOptions::new(..)`) needs no
@@ -39,6 +43,10 @@ pub use bus_postgres::{self as postgres, PostgresBus, PostgresOptions};
 ///
 /// A URL whose backend was not compiled in fails with
 /// [`BusError::FeatureDisabled`] naming the cargo feature to enable.
+///
+/// To consume durably (C20–C23) from a bus opened by URL, use
+/// [`open_consumers`]: the same bus as a [`Bus`] (see there why this
+/// function still returns `Box<dyn EventBus>`).
 pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusError> {
     manifest.validate()?;
     let bus = connect(url)?;
@@ -47,20 +55,13 @@ pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusErro
 }
 
 /// Opens the bus named by `url` without provisioning anything (wrapped in
-/// [`Traced`], as [`open`]'s).
+/// [`Traced`], as [`open`]'s). [`connect_consumers`] opens the same bus as
+/// a [`Bus`].
 pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        // A bare path is taken whole: no query.
-        return open_embedded(url, false);
-    };
-    let backend = backend_of_scheme(scheme)?;
-    match backend.name {
-        "memory" => Ok(Box::new(Traced::new(bus_core::memory::MemoryBus::new()))),
-        "embedded" => open_file(rest),
-        "nats" => open_nats(url),
-        "kafka" => open_kafka(url),
-        _ => open_postgres(url),
-    }
+    // One routing for both: the `Bus` upcast to the plain trait (trait
+    // upcasting, Rust 1.86; the workspace needs 1.89).
+    let bus: Box<dyn EventBus> = connect_consumers(url)?;
+    Ok(bus)
 }
 
 /// A backend the facade routes to, with the URL schemes it accepts.
@@ -198,12 +199,6 @@ mod schemes {
     }
 }
 
-/// `file://DIR[?read_only=true|false]`.
-fn open_file(rest: &str) -> Result<Box<dyn EventBus>, BusError> {
-    let (path, read_only) = file_target(rest)?;
-    open_embedded(path, read_only)
-}
-
 /// The directory and `read_only` of `file://DIR[?read_only=true|false]`.
 fn file_target(rest: &str) -> Result<(&str, bool), BusError> {
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -223,58 +218,6 @@ fn file_target(rest: &str) -> Result<(&str, bool), BusError> {
         };
     }
     Ok((path, read_only))
-}
-
-#[cfg(feature = "embedded")]
-fn open_embedded(path: &str, read_only: bool) -> Result<Box<dyn EventBus>, BusError> {
-    if path.is_empty() {
-        return Err(BusError::invalid(
-            "url",
-            "file:// needs a directory, e.g. file://./bus-data",
-        ));
-    }
-    Ok(Box::new(Traced::new(if read_only {
-        bus_embedded::EmbeddedBus::open_read_only(path)?
-    } else {
-        bus_embedded::EmbeddedBus::open(path)?
-    })))
-}
-
-#[cfg(not(feature = "embedded"))]
-fn open_embedded(_path: &str, _read_only: bool) -> Result<Box<dyn EventBus>, BusError> {
-    Err(disabled("file", "embedded"))
-}
-
-#[cfg(feature = "nats")]
-fn open_nats(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Ok(Box::new(Traced::new(bus_nats::NatsBus::connect(url)?)))
-}
-
-#[cfg(not(feature = "nats"))]
-fn open_nats(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Err(disabled("nats", "nats"))
-}
-
-#[cfg(feature = "kafka")]
-fn open_kafka(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Ok(Box::new(Traced::new(bus_kafka::KafkaBus::connect(url)?)))
-}
-
-#[cfg(not(feature = "kafka"))]
-fn open_kafka(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Err(disabled("kafka", "kafka"))
-}
-
-#[cfg(feature = "postgres")]
-fn open_postgres(url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Ok(Box::new(Traced::new(bus_postgres::PostgresBus::connect(
-        url,
-    )?)))
-}
-
-#[cfg(not(feature = "postgres"))]
-fn open_postgres(_url: &str) -> Result<Box<dyn EventBus>, BusError> {
-    Err(disabled("postgres", "postgres"))
 }
 
 fn disabled(scheme: &str, feature: &str) -> BusError {

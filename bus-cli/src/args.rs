@@ -127,6 +127,69 @@ pub enum Command {
         #[arg(long)]
         value_only: bool,
     },
+    /// Consume a topic as a durable consumer: print records as `tail` does and acknowledge each
+    /// once printed; the next run goes on after the last acknowledgement.
+    #[command(
+        after_help = "Examples: bus consume audit --as mailer --max 100\n          bus consume audit --as mailer --follow --ack-every 100\n          bus consume audit --as mailer --dead-letter audit-dead --max-deliver 5\n\nEach line is tail's (topic, partition, offset, key, uid, stored_at, value), with\n\"delivery_count\" added when a record is delivered again (it was printed and not acknowledged\nbefore a crash). Without --follow it exits once it has read what was stored when it started.\nAnother running instance of the same consumer: exit 6 (or --take-over)."
+    )]
+    Consume {
+        /// Topic.
+        topic: String,
+        /// The consumer's name (the topic-name rule: letters, digits, `.`, `_`, `-`).
+        #[arg(long = "as", value_name = "NAME")]
+        name: String,
+        /// Only this partition.
+        #[arg(long, conflicts_with = "key")]
+        partition: Option<u32>,
+        /// Only this key's records (read from its partition).
+        #[arg(long)]
+        key: Option<String>,
+        /// Where a new consumer starts: beginning, end, an offset (in each partition), or -N
+        /// (the last N of each partition). An existing consumer goes on after its acks.
+        #[arg(long, default_value = "beginning", allow_hyphen_values = true)]
+        from: TailFrom,
+        /// A new consumer starts at the first record stored at or after this time (epoch ms).
+        #[arg(long, conflicts_with = "from")]
+        from_time: Option<u64>,
+        /// Stop after this many records.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Make acknowledgements durable every N records (1: each before the next is printed);
+        /// what is pending is written at exit, and a crash prints it again.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        ack_every: u32,
+        /// Dead-letter topic (provisioned) for records delivered --max-deliver times unacknowledged.
+        #[arg(long)]
+        dead_letter: Option<String>,
+        /// Deliveries without an acknowledgement before a record is dead-lettered (needs --dead-letter).
+        #[arg(long, requires = "dead_letter", value_parser = clap::value_parser!(u32).range(1..))]
+        max_deliver: Option<u32>,
+        /// Take the consumer over from a running instance (which is fenced: its next ack fails
+        /// and it exits 6) instead of exiting 6 because it is owned.
+        #[arg(long)]
+        take_over: bool,
+        /// Keep consuming new records as they arrive.
+        #[arg(long, short)]
+        follow: bool,
+        /// Print only each record's value.
+        #[arg(long)]
+        value_only: bool,
+    },
+    /// The durable consumers of a topic: cursor, lag in records and lag in time per partition.
+    #[command(after_help = "Example: bus consumers audit --json")]
+    Consumers {
+        /// Topic.
+        topic: String,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reset or delete a durable consumer (a running instance of it is fenced).
+    #[command(
+        subcommand,
+        after_help = "Examples: bus consumer reset audit mailer --to beginning\n          bus consumer delete audit mailer"
+    )]
+    Consumer(ConsumerCommand),
     /// Find a record by its UID (exit 4 when not stored).
     #[command(after_help = "Example: bus find audit --key agent-1 --uid evt-42")]
     Find {
@@ -232,6 +295,35 @@ pub enum ProfileCommand {
     #[command(after_help = "Example: bus profile show prod")]
     Show {
         /// Profile name.
+        name: String,
+    },
+}
+
+/// `bus consumer ...`.
+#[derive(Subcommand)]
+pub enum ConsumerCommand {
+    /// Move a consumer's cursor: it next delivers from there.
+    #[command(
+        after_help = "Examples: bus consumer reset audit mailer --to beginning\n          bus consumer reset audit mailer --to -10\n          bus consumer reset audit mailer --to-time 1767225600000"
+    )]
+    Reset {
+        /// Topic.
+        topic: String,
+        /// Consumer name.
+        name: String,
+        /// beginning, end, an offset (in each of its partitions), or -N (the last N of each).
+        #[arg(long, allow_hyphen_values = true, required_unless_present = "to_time")]
+        to: Option<TailFrom>,
+        /// The first record stored at or after this time (epoch ms).
+        #[arg(long, conflicts_with = "to")]
+        to_time: Option<u64>,
+    },
+    /// Delete a consumer and its cursor (exit 4 when there is none).
+    #[command(after_help = "Example: bus consumer delete audit mailer")]
+    Delete {
+        /// Topic.
+        topic: String,
+        /// Consumer name.
         name: String,
     },
 }

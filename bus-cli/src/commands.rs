@@ -139,6 +139,13 @@ pub fn fetch(
 /// lock: 10 s, or `BUS_LOCK_WAIT_MS` (readers take no lock: they open
 /// read-only).
 pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
+    with_lock_wait(|| bus::connect(url))
+}
+
+/// Runs `open` again while it fails with [`BusError::Locked`] (another
+/// writer holds an embedded directory), for up to 10 s or
+/// `BUS_LOCK_WAIT_MS`.
+pub fn with_lock_wait<T>(open: impl Fn() -> Result<T, BusError>) -> Result<T, BusError> {
     let wait = std::env::var("BUS_LOCK_WAIT_MS")
         .ok()
         .and_then(|ms| ms.parse().ok())
@@ -146,7 +153,7 @@ pub fn connect(url: &str) -> Result<Box<dyn EventBus>, BusError> {
     let deadline = std::time::Instant::now() + wait;
     let mut pause = Duration::from_millis(2);
     loop {
-        match bus::connect(url) {
+        match open() {
             Err(BusError::Locked { .. }) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
@@ -183,7 +190,7 @@ pub fn connect_existing(url: &str) -> Result<Box<dyn EventBus>, BusError> {
 
 /// Fails (exit 2, a bad `--url`) when `url` names an embedded directory
 /// that does not exist.
-fn require_existing_dir(url: &str) -> Result<(), BusError> {
+pub fn require_existing_dir(url: &str) -> Result<(), BusError> {
     if !bus::backend_of(url).is_ok_and(|backend| backend.name == "embedded") {
         return Ok(());
     }

@@ -14,7 +14,7 @@ Exit codes:
   3  unknown topic or partition
   4  not found (find: no record with that UID; profile: no such profile)
   5  conflict (the backend holds a topic that differs from the manifest)
-  6  unavailable or timed out (broker down, data directory locked)
+  6  unavailable or timed out (broker down, data directory locked, consumer owned by another instance)
   7  integrity (a record failed its checksum or authentication tag)";
 
 /// A failure of one command.
@@ -65,7 +65,13 @@ pub fn exit_code(error: &BusError) -> u8 {
         | BusError::Unsupported { .. } => 2,
         BusError::UnknownTopic(_) | BusError::UnknownPartition { .. } => 3,
         BusError::Conflict { .. } => 5,
-        BusError::Timeout { .. } | BusError::Unavailable { .. } | BusError::Locked { .. } => 6,
+        BusError::Timeout { .. }
+        | BusError::Unavailable { .. }
+        | BusError::Locked { .. }
+        // Another instance owns the consumer, or took it over (C23): like
+        // a locked directory, it goes once that instance is done.
+        | BusError::ConsumerBusy { .. }
+        | BusError::Fenced { .. } => 6,
         BusError::Integrity { .. } | BusError::Corrupt { .. } => 7,
         _ => 1,
     }

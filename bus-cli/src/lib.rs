@@ -7,6 +7,7 @@ pub mod args;
 pub mod bench;
 pub mod bench_subscribe;
 pub mod commands;
+pub mod consume;
 pub mod exit;
 pub mod logging;
 pub mod profile;

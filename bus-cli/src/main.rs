@@ -8,9 +8,9 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use bus_cli::args::{Cli, Command, DEFAULT_URL, ProfileCommand};
+use bus_cli::args::{Cli, Command, ConsumerCommand, DEFAULT_URL, ProfileCommand};
 use bus_cli::exit::Failure;
-use bus_cli::{commands, profile, publish, tail};
+use bus_cli::{commands, consume, profile, publish, tail};
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -131,6 +131,62 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             };
             tail::tail(&url, &topic, &options, &mut out)?;
         }
+        Command::Consume {
+            topic,
+            name,
+            partition,
+            key,
+            from,
+            from_time,
+            max,
+            ack_every,
+            dead_letter,
+            max_deliver,
+            take_over,
+            follow,
+            value_only,
+        } => {
+            let args = consume::ConsumeArgs {
+                name,
+                partition,
+                key,
+                start: consume::Position {
+                    from,
+                    time: from_time,
+                },
+                max,
+                ack_every,
+                dead_letter,
+                max_deliver,
+                take_over,
+                follow,
+                value_only,
+            };
+            consume::consume(&url, &topic, &args, &mut out)?;
+        }
+        Command::Consumers { topic, json } => {
+            let bus = consume::connect_consumers(&url, false)?;
+            consume::consumers(bus.as_ref(), &topic, json, &mut out)?;
+        }
+        Command::Consumer(command) => match command {
+            ConsumerCommand::Reset {
+                topic,
+                name,
+                to,
+                to_time,
+            } => {
+                let bus = consume::connect_consumers(&url, false)?;
+                let to = consume::Position {
+                    from: to.unwrap_or(tail::TailFrom::Beginning),
+                    time: to_time,
+                };
+                consume::reset(bus.as_ref(), &topic, &name, to, &mut out)?;
+            }
+            ConsumerCommand::Delete { topic, name } => {
+                let bus = consume::connect_consumers(&url, false)?;
+                consume::delete(bus.as_ref(), &topic, &name, &mut out)?;
+            }
+        },
         Command::Find { topic, key, uid } => {
             let bus = commands::connect_existing(&url)?;
             if !commands::find(bus.as_ref(), &topic, &key, &uid, &mut out)? {

@@ -1,7 +1,7 @@
-//! The `bus` binary against the running NATS and Kafka brokers: the same
-//! pipes as on the embedded log. A missing broker is a loud skip, and a
-//! failure with `BUS_REQUIRE_BROKERS=1`.
-#![cfg(any(feature = "nats", feature = "kafka"))]
+//! The `bus` binary against the running NATS, Kafka and PostgreSQL
+//! servers: the same pipes as on the embedded log. A missing broker is a
+//! loud skip, and a failure with `BUS_REQUIRE_BROKERS=1`.
+#![cfg(any(feature = "nats", feature = "kafka", feature = "postgres"))]
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -64,6 +64,7 @@ fn broker(found: Result<String, bus_conformance::Unavailable>, backend: &str) ->
     }
 }
 
+#[cfg(any(feature = "nats", feature = "kafka"))]
 fn flow(url: &str) {
     let topic = format!("cli-{}-{}", std::process::id(), bus::now_ms());
     let manifest = tempfile::NamedTempFile::new().expect("manifest");
@@ -146,4 +147,76 @@ fn the_cli_flow_on_kafka() {
     if let Some(brokers) = broker(bus_conformance::brokers::kafka_brokers(), "kafka") {
         flow(&format!("kafka://{brokers}"));
     }
+}
+
+/// Durable consumers through the URL (C20, C21): a second `consume` goes
+/// on after the first's acks, `consumers` shows the lag, reset and delete.
+#[cfg(feature = "postgres")]
+#[test]
+fn consumers_through_the_cli_on_postgres() {
+    let Some(url) = broker(bus_conformance::brokers::postgres_url(), "postgres") else {
+        return;
+    };
+    let topic = format!("cli-consume-{}-{}", std::process::id(), bus::now_ms());
+    let manifest = tempfile::NamedTempFile::new().expect("manifest");
+    std::fs::write(
+        manifest.path(),
+        format!("[[topics]]\nname = \"{topic}\"\npartitions = 2\n"),
+    )
+    .expect("write manifest");
+    let path = manifest.path().display().to_string();
+    let provisioned = run(&url, &["provision", &path], None);
+    assert_eq!(provisioned.code, 0, "{}", provisioned.stderr);
+    for i in 0..5 {
+        ok(
+            &url,
+            &[
+                "publish",
+                &topic,
+                "--key",
+                &format!("k{i}"),
+                &format!("{{\"i\":{i}}}"),
+            ],
+            None,
+        );
+    }
+    let values = |lines: &[Value]| {
+        let mut values: Vec<i64> = lines
+            .iter()
+            .filter_map(|l| l["value"]["i"].as_i64())
+            .collect();
+        values.sort_unstable();
+        values
+    };
+    let first = ok(
+        &url,
+        &["consume", &topic, "--as", "mailer", "--max", "3"],
+        None,
+    );
+    assert_eq!(first.len(), 3, "{first:?}");
+    let lag: u64 = ok(&url, &["consumers", &topic, "--json"], None)
+        .iter()
+        .filter_map(|row| row["lag_records"].as_u64())
+        .sum();
+    assert_eq!(lag, 2);
+    let rest = ok(&url, &["consume", &topic, "--as", "mailer"], None);
+    let mut all = values(&first);
+    all.extend(values(&rest));
+    all.sort_unstable();
+    assert_eq!(all, [0, 1, 2, 3, 4], "each record once: {first:?} {rest:?}");
+    let reset = run(
+        &url,
+        &["consumer", "reset", &topic, "mailer", "--to", "beginning"],
+        None,
+    );
+    assert_eq!(reset.code, 0, "{}", reset.stderr);
+    assert_eq!(
+        values(&ok(&url, &["consume", &topic, "--as", "mailer"], None)),
+        [0, 1, 2, 3, 4]
+    );
+    let bad = run(&url, &["consume", &topic, "--as", "bad name"], None);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    let deleted = run(&url, &["consumer", "delete", &topic, "mailer"], None);
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    assert!(ok(&url, &["consumers", &topic, "--json"], None).is_empty());
 }

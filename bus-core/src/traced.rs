@@ -2,6 +2,7 @@
 //! operations get the same span names and fields by being wrapped, instead
 //! of each backend repeating `#[tracing::instrument]` on each method.
 
+use crate::consumer::{ConsumeOptions, Consumer, ConsumerInfo, DurableConsumers};
 use crate::subscription::{Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
     BatchRecord, BusError, Capabilities, EventBus, Manifest, PartitionOffsets, PublishAck,
@@ -37,6 +38,15 @@ use crate::{
 /// | `bus.provision` | `backend` |
 /// | `bus.maintenance` | `backend` |
 /// | `bus.subscribe` | `backend`, `topic` (the call that opens the subscription) |
+/// | `bus.consume` | `backend`, `topic`, `consumer` (the call that opens a durable consumer, C20) |
+/// | `bus.consumers` | `backend`, `topic` |
+/// | `bus.consumer.reset` | `backend`, `topic`, `consumer` |
+/// | `bus.consumer.delete` | `backend`, `topic`, `consumer` |
+///
+/// The durable-consumer spans ([`DurableConsumers`], where the wrapped bus
+/// implements it) cover the call only: a [`Consumer`]'s deliveries and
+/// acknowledgements run later, outside them, as a subscription's records
+/// do.
 ///
 /// `partitions`, `topics`, `capabilities` and `set_control_key` are cheap
 /// lookups and run without a span. Errors are returned, not recorded on the
@@ -128,6 +138,50 @@ macro_rules! op_span {
     ($self:ident, subscribe, $topic:expr) => {
         tracing::info_span!("bus.subscribe", backend = $self.backend, topic = %$topic)
     };
+    ($self:ident, consume, $topic:expr, $consumer:expr) => {
+        tracing::info_span!("bus.consume", backend = $self.backend, topic = %$topic, consumer = %$consumer)
+    };
+    ($self:ident, consumers, $topic:expr) => {
+        tracing::info_span!("bus.consumers", backend = $self.backend, topic = %$topic)
+    };
+    ($self:ident, consumer_reset, $topic:expr, $consumer:expr) => {
+        tracing::info_span!("bus.consumer.reset", backend = $self.backend, topic = %$topic, consumer = %$consumer)
+    };
+    ($self:ident, consumer_delete, $topic:expr, $consumer:expr) => {
+        tracing::info_span!("bus.consumer.delete", backend = $self.backend, topic = %$topic, consumer = %$consumer)
+    };
+}
+
+/// Durable consumers (C20–C23) of a wrapped bus that has them, each call
+/// in its span of the schema.
+impl<B: DurableConsumers> DurableConsumers for Traced<B> {
+    fn consume(
+        &self,
+        topic: &str,
+        name: &str,
+        selector: Selector,
+        start_if_new: StartAt,
+        options: ConsumeOptions,
+    ) -> Result<Consumer, BusError> {
+        op_span!(self, consume, topic, name).in_scope(|| {
+            self.inner
+                .consume(topic, name, selector, start_if_new, options)
+        })
+    }
+
+    fn consumers(&self, topic: &str) -> Result<Vec<ConsumerInfo>, BusError> {
+        op_span!(self, consumers, topic).in_scope(|| self.inner.consumers(topic))
+    }
+
+    fn reset_consumer(&self, topic: &str, name: &str, start: StartAt) -> Result<(), BusError> {
+        op_span!(self, consumer_reset, topic, name)
+            .in_scope(|| self.inner.reset_consumer(topic, name, start))
+    }
+
+    fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
+        op_span!(self, consumer_delete, topic, name)
+            .in_scope(|| self.inner.delete_consumer(topic, name))
+    }
 }
 
 impl<B: EventBus> EventBus for Traced<B> {

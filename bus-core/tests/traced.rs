@@ -168,3 +168,52 @@ fn every_async_operation_runs_in_the_same_span() {
     let log = spans_of(|| futures::executor::block_on(every_async_operation(&bus)));
     assert_closed_spans(&log, &schema("memory"));
 }
+
+/// Every durable-consumer operation once (C20): open, list, reset, delete.
+fn every_consumer_operation<B: EventBus + bus_core::consumer::DurableConsumers>(bus: &B) {
+    use bus_core::consumer::ConsumeOptions;
+
+    bus.provision(&Manifest::new([TopicSpec::new(TOPIC, 1)]))
+        .unwrap();
+    bus.publish(TOPIC, "k", &json!({"n": 0})).unwrap();
+    let mut consumer = bus
+        .consume(
+            TOPIC,
+            "mailer",
+            Selector::Topic,
+            StartAt::Beginning,
+            ConsumeOptions::default(),
+        )
+        .unwrap();
+    let delivery = consumer.try_recv().unwrap().unwrap();
+    consumer.ack(&delivery).unwrap();
+    drop(consumer);
+    assert_eq!(bus.consumers(TOPIC).unwrap().len(), 1);
+    bus.reset_consumer(TOPIC, "mailer", StartAt::Beginning)
+        .unwrap();
+    assert!(bus.delete_consumer(TOPIC, "mailer").unwrap());
+}
+
+#[test]
+fn every_consumer_operation_runs_in_its_span() {
+    every_consumer_operation(&Traced::new(MemoryBus::new()));
+    let bus = Traced::new(MemoryBus::new());
+    let log = spans_of(|| every_consumer_operation(&bus));
+    let b = "backend=\"memory\"";
+    assert_closed_spans(
+        &log,
+        &[
+            format!("bus.consume{{{b} topic={TOPIC} consumer=mailer}}"),
+            format!("bus.consumers{{{b} topic={TOPIC}}}"),
+            format!("bus.consumer.reset{{{b} topic={TOPIC} consumer=mailer}}"),
+            format!("bus.consumer.delete{{{b} topic={TOPIC} consumer=mailer}}"),
+        ],
+    );
+    // A bare bus's consumer calls open none (the check above can fail).
+    let bare = MemoryBus::new();
+    let log = spans_of(|| every_consumer_operation(&bare));
+    assert!(
+        !log.contains("bus.consum"),
+        "a bare bus opened spans:\n{log}"
+    );
+}

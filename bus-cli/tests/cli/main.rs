@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod basics;
+mod consumers;
 mod docs;
 mod exit_codes;
 mod logging;

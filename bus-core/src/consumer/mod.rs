@@ -37,6 +37,8 @@
 
 mod acked;
 mod admin;
+#[cfg(feature = "async")]
+mod asynchronous;
 mod engine;
 mod memory;
 mod options;
@@ -44,6 +46,10 @@ mod store;
 mod stream;
 
 pub use admin::{delete_consumer, list_consumers, open_consumer, reset_consumer};
+#[cfg(feature = "async")]
+pub use asynchronous::{
+    consume_async, consumers_async, delete_consumer_async, reset_consumer_async,
+};
 pub use engine::{Consumer, Delivery};
 pub use memory::MemoryCursorStore;
 pub use options::{ConsumeOptions, OwnerPolicy};
@@ -116,27 +122,37 @@ pub trait DurableConsumers {
     fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError>;
 }
 
-impl<T: DurableConsumers + ?Sized> DurableConsumers for std::sync::Arc<T> {
-    fn consume(
-        &self,
-        topic: &str,
-        name: &str,
-        selector: Selector,
-        start_if_new: StartAt,
-        options: ConsumeOptions,
-    ) -> Result<Consumer, BusError> {
-        (**self).consume(topic, name, selector, start_if_new, options)
-    }
-    fn consumers(&self, topic: &str) -> Result<Vec<ConsumerInfo>, BusError> {
-        (**self).consumers(topic)
-    }
-    fn reset_consumer(&self, topic: &str, name: &str, start: StartAt) -> Result<(), BusError> {
-        (**self).reset_consumer(topic, name, start)
-    }
-    fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
-        (**self).delete_consumer(topic, name)
-    }
+/// Forwards every method, so a bus with durable consumers travels as
+/// `Box<T>`, `Arc<T>` or `&T` (the facade's `Box<dyn bus::Bus>` among them).
+macro_rules! forward_durable_consumers {
+    ($($impl_head:tt)*) => {
+        $($impl_head)* {
+            fn consume(
+                &self,
+                topic: &str,
+                name: &str,
+                selector: Selector,
+                start_if_new: StartAt,
+                options: ConsumeOptions,
+            ) -> Result<Consumer, BusError> {
+                (**self).consume(topic, name, selector, start_if_new, options)
+            }
+            fn consumers(&self, topic: &str) -> Result<Vec<ConsumerInfo>, BusError> {
+                (**self).consumers(topic)
+            }
+            fn reset_consumer(&self, topic: &str, name: &str, start: StartAt) -> Result<(), BusError> {
+                (**self).reset_consumer(topic, name, start)
+            }
+            fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
+                (**self).delete_consumer(topic, name)
+            }
+        }
+    };
 }
+
+forward_durable_consumers!(impl<T: DurableConsumers + ?Sized> DurableConsumers for std::sync::Arc<T>);
+forward_durable_consumers!(impl<T: DurableConsumers + ?Sized> DurableConsumers for Box<T>);
+forward_durable_consumers!(impl<T: DurableConsumers + ?Sized> DurableConsumers for &T);
 
 /// Checks a consumer name: the topic-name rule (C20), reported on field
 /// `consumer`.
