@@ -102,9 +102,9 @@ fn a_torn_cut_keeps_a_subset_of_the_unsynced_pages() {
     let mut file = File::create(&path).unwrap();
     file.sync_all().unwrap();
     sync_dir(fs.path());
-    let pages = 64usize;
+    let pages = 64u8;
     for page in 0..pages {
-        file.write_all(&vec![page as u8 + 1; 4096]).unwrap();
+        file.write_all(&[page + 1; 4096]).unwrap();
     }
     drop(file);
     let report = fs.power_cut_torn(11);
@@ -112,12 +112,15 @@ fn a_torn_cut_keeps_a_subset_of_the_unsynced_pages() {
     let bytes = read(&path).unwrap();
     let kept = bytes
         .chunks(4096)
-        .enumerate()
-        .filter(|(page, chunk)| chunk.iter().all(|&b| b == *page as u8 + 1))
+        .zip(1u8..)
+        .filter(|(chunk, mark)| chunk.iter().all(|b| b == mark))
         .count();
     println!("torn cut: {kept} of {pages} pages kept ({report:?})");
     assert_eq!(kept as u64, report.pages_torn_in);
-    assert!(kept > 0 && kept < pages, "a torn cut keeps some, not all");
+    assert!(
+        kept > 0 && kept < usize::from(pages),
+        "a torn cut keeps some, not all"
+    );
 }
 
 #[test]
