@@ -151,7 +151,12 @@ fn publish_until_cut(
 /// Every record of every partition, as `(partition, events)`.
 fn read_everything(bus: &dyn EventBus) -> Vec<(u32, Vec<bus_core::StoredEvent>)> {
     (0..PARTITIONS)
-        .map(|p| (p, read_all(bus, p).unwrap()))
+        .map(|p| {
+            (
+                p,
+                read_all(bus, p).unwrap_or_else(|e| panic!("read p{p}: {e:?}")),
+            )
+        })
         .collect()
 }
 
@@ -313,4 +318,131 @@ fn interval_loses_at_most_the_last_interval_and_the_control_loses() {
         "Interval({interval_ms}) lost an ack {:?} old at the cut (bound {bound:?}): {tally:?}",
         tally.oldest_lost
     );
+}
+
+/// Publishes `n` records with UIDs `{tag}-{i}`; returns their acks.
+fn publish_n(bus: &EmbeddedBus, tag: &str, n: usize) -> Vec<(String, u32, u64, serde_json::Value)> {
+    (0..n)
+        .map(|i| {
+            let uid = format!("{tag}-{i}");
+            let value = value_for(&uid, i);
+            let ack = bus
+                .publish_idempotent(TOPIC, &format!("k{i}"), &value, &uid)
+                .unwrap();
+            (uid, ack.partition, ack.offset, value)
+        })
+        .collect()
+}
+
+/// Exactly the acked records, each once at its offset (and nothing else).
+fn assert_exactly(bus: &dyn EventBus, acked: &[(String, u32, u64, serde_json::Value)]) {
+    let shown = read_everything(bus);
+    let total: usize = shown.iter().map(|(_, events)| events.len()).sum();
+    assert_eq!(total, acked.len(), "records shown vs acked");
+    for (uid, partition, offset, value) in acked {
+        let events = &shown[*partition as usize].1;
+        let event = events
+            .get(*offset as usize)
+            .unwrap_or_else(|| panic!("{uid} missing"));
+        assert_eq!(event.offset, *offset, "{uid}");
+        assert_eq!(&event.value, value, "{uid}");
+    }
+}
+
+/// EIO from fsync (#29): the publish it covered is refused, the partition
+/// is poisoned with an error naming the fsync, later publishes do not
+/// fsync the same pages again (a retry would "succeed": the filesystem,
+/// like Linux, forgot them), and a reopen — in the same boot, or after a
+/// power cut — shows exactly what was acked.
+#[test]
+fn a_failed_fsync_is_never_acked_nor_retried_and_reopen_recovers_the_acked() {
+    let Some((_root, fs)) = mount("a_failed_fsync_is_never_acked") else {
+        return;
+    };
+    let dir = fs.path().join("data");
+    let bus = EmbeddedBus::open(&dir).unwrap();
+    provision(&bus, PARTITIONS);
+    let acked = publish_n(&bus, "before", 20);
+    fs.fail_next_fsync();
+    let error = bus
+        .publish_idempotent(TOPIC, "k", &value_for("doomed", 0), "doomed")
+        .unwrap_err();
+    assert_eq!(
+        fs.fsync_failures(),
+        1,
+        "the publish's fsync met the failure"
+    );
+    assert!(
+        matches!(&error, bus_core::BusError::Poisoned { cause, disk_full: false, .. } if cause.contains("fsync")),
+        "{error:?}"
+    );
+    // Poisoned: refused without fsyncing again.
+    let fsyncs = fs.fsyncs();
+    let again = bus
+        .publish_idempotent(TOPIC, "k", &value_for("after", 1), "after")
+        .unwrap_err();
+    assert!(
+        matches!(again, bus_core::BusError::Poisoned { .. }),
+        "{again:?}"
+    );
+    assert_eq!(fs.fsyncs(), fsyncs, "an fsync after the failed one");
+    // Readers of this bus still see every acked record.
+    assert_exactly(&bus, &acked);
+    drop(bus);
+    // Same boot: the forgotten frame is still in the page cache.
+    let bus = EmbeddedBus::open(&dir).unwrap();
+    assert_exactly(&bus, &acked);
+    let mut acked = acked;
+    acked.extend(publish_n(&bus, "reopened", 5));
+    drop(bus);
+    // And after the power goes.
+    fs.power_cut();
+    fs.power_on();
+    let bus = EmbeddedBus::open(&dir).unwrap();
+    assert_exactly(&bus, &acked);
+}
+
+/// ENOSPC (#29): the publish is refused with an error that says the disk
+/// is full, nothing acked is lost and the log stays readable; with space
+/// freed, publishing goes on (after reopening the bus: the partition stays
+/// refused until then), and every ack survives a power cut.
+#[test]
+fn a_full_disk_refuses_publishes_cleanly_and_publishing_goes_on_when_space_is_freed() {
+    let Some((_root, fs)) = mount("a_full_disk_refuses_publishes") else {
+        return;
+    };
+    let dir = fs.path().join("data");
+    let bus = EmbeddedBus::open(&dir).unwrap();
+    provision(&bus, PARTITIONS);
+    let mut acked = publish_n(&bus, "before", 20);
+    fs.set_disk_full(true);
+    let error = bus
+        .publish_idempotent(TOPIC, "k", &value_for("full", 0), "full")
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            bus_core::BusError::Poisoned {
+                disk_full: true,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("disk is full"), "{error}");
+    assert_exactly(&bus, &acked);
+    // A reader in another process opens beside the refused writer (C16).
+    let reader = EmbeddedBus::open_read_only(&dir).unwrap();
+    assert_exactly(&reader, &acked);
+    drop(reader);
+    fs.set_disk_full(false);
+    drop(bus);
+    let bus = EmbeddedBus::open(&dir).unwrap();
+    assert_exactly(&bus, &acked);
+    acked.extend(publish_n(&bus, "after", 20));
+    drop(bus);
+    fs.power_cut();
+    fs.power_on();
+    let bus = EmbeddedBus::open(&dir).unwrap();
+    assert_exactly(&bus, &acked);
 }

@@ -186,6 +186,11 @@ impl PowerFs {
         fs::lock(&self.state).fsync_failures
     }
 
+    /// File fsyncs and fdatasyncs asked for so far (failed ones too).
+    pub fn fsyncs(&self) -> u64 {
+        fs::lock(&self.state).fsyncs
+    }
+
     /// The disk is full (`ENOSPC` on writes, creates, growth) or not.
     pub fn set_disk_full(&self, full: bool) {
         fs::lock(&self.state).faults.disk_full = full;

@@ -179,6 +179,8 @@ pub struct State {
     pub faults: Faults,
     /// Failed fsyncs answered so far.
     pub fsync_failures: u64,
+    /// File fsyncs and fdatasyncs asked for so far (failed ones too).
+    pub fsyncs: u64,
 }
 
 impl Default for State {
@@ -205,6 +207,7 @@ impl State {
             down: false,
             faults: Faults::default(),
             fsync_failures: 0,
+            fsyncs: 0,
         }
     }
 
@@ -449,6 +452,7 @@ impl State {
     /// when a failure is armed, `EIO` and its dirty pages are forgotten
     /// (marked clean, never written).
     pub fn fsync(&mut self, ino: u64) -> Result<(), Errno> {
+        self.fsyncs += 1;
         let fail = std::mem::take(&mut self.faults.fail_next_fsync);
         if fail {
             self.fsync_failures += 1;
