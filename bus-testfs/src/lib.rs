@@ -1,4 +1,5 @@
-//! A FUSE test filesystem that forgets what was not fsynced (issue #29).
+//! A FUSE test filesystem that forgets what was not fsynced (issue #29);
+//! README.md has the control calls and the commands of the tests using it.
 //!
 //! [`PowerFs::mount`] mounts it over a real backing directory: the
 //! directory's contents are the disk when the mount starts, and the disk as
