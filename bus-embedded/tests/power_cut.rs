@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use bus_core::EventBus;
 use bus_embedded::{Durability, EmbeddedBus, Options};
 use bus_testfs::PowerFs;
-use support::{Rng, TOPIC, provision, read_all, value_for};
+use support::{Rng, TOPIC, provision, value_for};
 
 const PARTITIONS: u32 = 2;
 const THREADS: usize = 3;
@@ -151,13 +151,24 @@ fn publish_until_cut(
 /// Every record of every partition, as `(partition, events)`.
 fn read_everything(bus: &dyn EventBus) -> Vec<(u32, Vec<bus_core::StoredEvent>)> {
     (0..PARTITIONS)
-        .map(|p| {
-            (
-                p,
-                read_all(bus, p).unwrap_or_else(|e| panic!("read p{p}: {e:?}")),
-            )
-        })
+        .map(|p| (p, read_partition(bus, p)))
         .collect()
+}
+
+/// Every record of a partition, in pages of 4,096 (the logs of a long run
+/// reach hundreds of thousands of records, read twice per round).
+fn read_partition(bus: &dyn EventBus, partition: u32) -> Vec<bus_core::StoredEvent> {
+    let mut out: Vec<bus_core::StoredEvent> = Vec::new();
+    loop {
+        let from = out.last().map_or(0, |e| e.offset + 1);
+        let page = bus
+            .fetch(TOPIC, partition, from, 4096)
+            .unwrap_or_else(|e| panic!("read p{partition} from {from}: {e:?}"));
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
 }
 
 /// Checks every ack against what a reader shows; returns (lost acks,
@@ -278,7 +289,7 @@ fn sync_loses_no_acknowledged_record_in_power_cuts() {
 
 /// Whole cuts only: after a torn cut an Interval log can hold a frame
 /// lost with a later one kept, which the writer's recovery refuses as
-/// `Corrupt` (see the test below).
+/// `Corrupt` (`interval_reopens_after_torn_cuts`, ignored: a known gap).
 #[test]
 fn interval_loses_at_most_the_last_interval_and_the_control_loses() {
     let interval_ms = 50;
@@ -317,6 +328,25 @@ fn interval_loses_at_most_the_last_interval_and_the_control_loses() {
         tally.oldest_lost <= bound,
         "Interval({interval_ms}) lost an ack {:?} old at the cut (bound {bound:?}): {tally:?}",
         tally.oldest_lost
+    );
+}
+
+/// Under `Durability::Interval` a torn cut can keep a later page of the
+/// unsynced tail and drop an earlier one: a hole of zeros, then whole
+/// frames. The writer's recovery takes "a frame verifies after the bad
+/// one" as damage to fsynced records and refuses to open (`Corrupt`),
+/// where under Interval it is the documented loss of the last interval.
+/// Run with `--ignored` to see it; telling the two apart needs the
+/// flusher's last fsync point on disk (not built).
+#[test]
+#[ignore = "known gap (#29): recovery refuses an Interval log a torn cut left with a hole"]
+fn interval_reopens_after_torn_cuts() {
+    let Some(tally) = run("interval_torn", Durability::Interval(50), rounds(), true) else {
+        return;
+    };
+    println!(
+        "{HEADER}\n{}",
+        tally.row("embedded Interval(50), torn cuts")
     );
 }
 
