@@ -77,7 +77,7 @@ struct Tally {
 impl Tally {
     fn row(&self, name: &str) -> String {
         format!(
-            "| {name} | {} | {} | {} ({} rounds) | {} | {} | {} | {:.0} ms |",
+            "| {name} | {} | {} | {} ({} rounds) | {} | {} | {} | {:.0} ms | {} |",
             self.rounds,
             self.acked,
             self.lost,
@@ -85,12 +85,13 @@ impl Tally {
             self.duplicated,
             self.holes,
             self.read_only_missing,
-            self.oldest_lost.as_secs_f64() * 1000.0
+            self.oldest_lost.as_secs_f64() * 1000.0,
+            self.dirty_pages_dropped
         )
     }
 }
 
-const HEADER: &str = "| configuration | rounds | acked | lost | duplicated | holes | missing read-only after cut | oldest lost ack at the cut |\n|---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| configuration | rounds | acked | lost | duplicated | holes | missing read-only after cut | oldest lost ack at the cut | unsynced pages dropped |\n|---|---|---|---|---|---|---|---|---|";
 
 /// Publishes from [`THREADS`] threads until the power goes (a publish
 /// fails) and returns the acks and the instant of the cut.
@@ -101,10 +102,11 @@ fn publish_until_cut(
     target: usize,
     at_least: Duration,
     torn: Option<u64>,
-) -> (Vec<Acked>, Instant) {
+) -> (Vec<Acked>, Instant, bus_testfs::CutReport) {
     let acks = Arc::new(Mutex::new(Vec::new()));
     let stop = AtomicBool::new(false);
     let mut cut_at = Instant::now();
+    let mut report = bus_testfs::CutReport::default();
     std::thread::scope(|scope| {
         for t in 0..THREADS {
             let (acks, stop) = (acks.clone(), &stop);
@@ -137,7 +139,7 @@ fn publish_until_cut(
         {
             std::thread::yield_now();
         }
-        match torn {
+        report = match torn {
             Some(seed) => fs.power_cut_torn(seed),
             None => fs.power_cut(),
         };
@@ -145,7 +147,7 @@ fn publish_until_cut(
         stop.store(true, Ordering::Relaxed);
     });
     let acks = std::mem::take(&mut *acks.lock().unwrap());
-    (acks, cut_at)
+    (acks, cut_at, report)
 }
 
 /// Every record of every partition, as `(partition, events)`.
@@ -228,8 +230,8 @@ fn run(test: &str, durability: Durability, rounds: usize, torn: bool) -> Option<
             _ => Duration::ZERO,
         };
         let bus = EmbeddedBus::open_with(&dir, options()).unwrap();
-        let (acks, cut_at) = publish_until_cut(&bus, &fs, round, target, at_least, torn);
-        tally.dirty_pages_dropped += fs.dirty_pages();
+        let (acks, cut_at, report) = publish_until_cut(&bus, &fs, round, target, at_least, torn);
+        tally.dirty_pages_dropped += report.pages_lost;
         // The processes of this boot die with it: the bus goes while the
         // disk is down, so nothing it does on the way out lands.
         drop(bus);
