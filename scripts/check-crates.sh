@@ -49,13 +49,15 @@ done
 step "cargo doc --no-deps --workspace --all-features"
 RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --workspace --all-features
 
-# 4. bus-bench is the one unpublished member (publish = false). A packaged
+# 4. bus-bench and bus-testfs (the power-cut tests' FUSE filesystem, a
+# path dev-dependency of bus-embedded that packaging drops) are the
+# unpublished members (publish = false). A packaged
 # member carries no [profile] (profiles live in the workspace root), so the
 # verification builds would compile every dependency again unoptimized with
 # full debug info; the workspace's dev profile, given here, lets them reuse
 # what scripts/test.sh built. --allow-dirty: a local run with edits works.
-step "cargo package --workspace --exclude bus-bench"
-cargo package --workspace --exclude bus-bench --allow-dirty \
+step "cargo package --workspace --exclude bus-bench --exclude bus-testfs"
+cargo package --workspace --exclude bus-bench --exclude bus-testfs --allow-dirty \
   --config 'profile.dev.debug="line-tables-only"' \
   --config 'profile.dev.package."*".opt-level=1' \
   --config 'profile.dev.package."*".debug=false'

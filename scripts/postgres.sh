@@ -92,6 +92,21 @@ psql_admin() { # psql_admin HOME PORT SQL...: as the cluster's superuser over it
   as_server "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -h "$home" -p "$port" -U "$RUN_AS_DB" -d postgres "$@"
 }
 
+# clear_stale_pid DATA: after a power loss postmaster.pid can come back empty or zero-filled
+# (written, never fsynced), and PostgreSQL then refuses to start ("lock file "postmaster.pid" is
+# empty"). Remove it, as an operator would, when no postgres process owns it: empty, not a number,
+# zero, or a PID that is gone or not a postgres (PIDs are reused after a reboot). (#29)
+clear_stale_pid() {
+  local pidfile="$1/postmaster.pid" pid
+  [ -f "$pidfile" ] || return 0
+  pid="$(head -n1 "$pidfile" 2>/dev/null | tr -d '\0[:space:]' || true)"
+  if [[ "$pid" =~ ^[1-9][0-9]*$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = postgres ]; then
+    return 0
+  fi
+  log "removing stale $pidfile (PID '${pid}' is not a running postgres: left by a crash or power loss)"
+  rm -f "$pidfile"
+}
+
 cmd_start() {
   local port home data bin lf
   port="$(pg_port "${1:-}")"
@@ -109,6 +124,7 @@ cmd_start() {
     log "already running (port $port, data $data)"
   else
     port_open "$PG_HOST" "$port" && die "port $port on $PG_HOST is already in use by another process"
+    clear_stale_pid "$data"
     log "starting $bin/postgres on $PG_HOST:$port (data $data, log $lf)"
     # Sockets in the cluster's own directory; max_connections leaves room for the conformance suite's
     # parallel buses. fsync and synchronous_commit stay on: an ack is a durable commit.

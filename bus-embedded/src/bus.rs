@@ -99,10 +99,19 @@ impl EmbeddedBus {
             .truncate(false)
             .mode(0o600)
             .open(root.join("LOCK"))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Err(BusError::Locked { path: root }),
-            Err(TryLockError::Error(error)) => return Err(error.into()),
+        // A read-only open probes the lock for a moment (see
+        // `fsutil::writer_absent`): a held lock is retried for as long as
+        // that lasts before it means another writer.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => return Err(BusError::Locked { path: root }),
+                Err(TryLockError::Error(error)) => return Err(error.into()),
+            }
         }
         let topics_dir = root.join("topics");
         fsutil::create_dir(&topics_dir)?;

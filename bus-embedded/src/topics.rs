@@ -74,6 +74,13 @@ pub(crate) fn open(
     options: &Options,
 ) -> Result<Topic, BusError> {
     let dir = topics_dir.join(dir_name(&spec.name));
+    // A reader opening while no writer holds the directory (after a power
+    // loss, before any writer) trusts every whole frame, not the marker the
+    // power may have taken (C16, #29).
+    let no_writer = options.read_only
+        && topics_dir
+            .parent()
+            .is_some_and(|root| fsutil::writer_absent(&root.join("LOCK")));
     let partitions = (0..spec.partitions)
         .map(|p| {
             if options.read_only {
@@ -82,6 +89,7 @@ pub(crate) fn open(
                     p,
                     partition_dir(&dir, p),
                     options,
+                    no_writer,
                 )
             } else {
                 let partition = open_partition(&spec.name, p, partition_dir(&dir, p), options)?;

@@ -22,4 +22,14 @@ if [ "$1" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
   fi
   echo "docker-entrypoint.sh: initialised $PGDATA (user $user, database $db)"
 fi
+# After a power loss postmaster.pid can come back empty or zero-filled and PostgreSQL refuses to
+# start; in a fresh container no postgres runs yet, so a lock file whose PID is not a live postgres
+# is stale: remove it (#29).
+if [ "$1" = postgres ] && [ -f "$PGDATA/postmaster.pid" ]; then
+  pid="$(head -n1 "$PGDATA/postmaster.pid" 2>/dev/null | tr -d '\0[:space:]' || true)"
+  if ! { [[ "$pid" =~ ^[1-9][0-9]*$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = postgres ]; }; then
+    echo "docker-entrypoint.sh: removing stale $PGDATA/postmaster.pid (PID '$pid')" >&2
+    rm -f "$PGDATA/postmaster.pid"
+  fi
+fi
 exec "$@"

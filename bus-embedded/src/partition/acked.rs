@@ -11,6 +11,18 @@
 //! stores it again after recovery. One `pwrite` per round, about 2 µs
 //! (`examples/bench_subscribe.rs`), beside a round's fsync.
 //!
+//! After a power loss the marker cannot be trusted to be there: never
+//! fsynced, it comes back empty (or zero-filled) while the frames it
+//! covered were fsynced and acked (#29: a read-only open after a cut showed
+//! none of the last run's acked records). A marker that was never written
+//! since the disk came back means no writer has opened the directory since
+//! (a writer stores it as it opens, after recovery), so nothing is being
+//! written: the reader shows every whole frame, which is what the next
+//! writer's recovery keeps. (Known limit: a filesystem that writes back an
+//! *older* version of the marker's page before the power goes leaves a
+//! stale, valid marker; the reader then shows less than was acked until a
+//! writer opens. A boot id in the marker would close that.)
+//!
 //! Under `Durability::Interval` a record is acked once written, so whole
 //! frames are exactly what is acked (a killed writer's whole frames survive
 //! its recovery; a power loss takes acked records in that mode anyway): the
@@ -85,24 +97,39 @@ impl AckedEnd {
         self.file.write_all_at(&encode(base, len), 0)
     }
 
-    /// The stored point; `None` when the marker is not yet written, or a
-    /// read overlapped a rewrite several times in a row.
-    pub(crate) fn load(&self) -> std::io::Result<Option<(u64, u64)>> {
+    /// The stored point, or why there is none.
+    pub(crate) fn load(&self) -> std::io::Result<Stored> {
         let mut buf = [0u8; LEN];
         for _ in 0..4 {
             match self.file.read_exact_at(&mut buf, 0) {
                 Ok(()) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    return Ok(None);
+                    return Ok(Stored::Unwritten);
                 }
                 Err(error) => return Err(error),
             }
-            if let Some(point) = decode(&buf) {
-                return Ok(Some(point));
+            if let Some((base, len)) = decode(&buf) {
+                return Ok(Stored::Point { base, len });
+            }
+            if buf.iter().all(|&b| b == 0) {
+                return Ok(Stored::Unwritten);
             }
         }
-        Ok(None)
+        Ok(Stored::Torn)
     }
+}
+
+/// What a marker holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// The acked end a writer stored.
+    Point { base: u64, len: u64 },
+    /// Empty or zero-filled: created and not written yet by a writer that
+    /// is opening, or never fsynced and lost with the power. Either way no
+    /// writer is appending: every whole frame is what recovery keeps.
+    Unwritten,
+    /// A read overlapped a rewrite several times in a row.
+    Torn,
 }
 
 fn encode(base: u64, len: u64) -> [u8; LEN] {

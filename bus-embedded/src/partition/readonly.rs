@@ -15,7 +15,7 @@ use bus_core::BusError;
 use crate::log::index::{self, SegmentIndex};
 use crate::log::segment::{self, FrameReader, IDX, LOG, UIDS};
 use crate::options::Options;
-use crate::partition::acked::{AckedEnd, Limit};
+use crate::partition::acked::{AckedEnd, Limit, Stored};
 use crate::partition::poison::Poison;
 use crate::partition::{Partition, ReadState, SegmentMeta, WriterState};
 use crate::uid::table::Table;
@@ -30,6 +30,7 @@ pub(crate) fn open_partition(
     id: u32,
     dir: PathBuf,
     options: &Options,
+    no_writer: bool,
 ) -> Result<Partition, BusError> {
     // Never written through: poisoned, so an append fails before any I/O,
     // and dropping the partition trims nothing.
@@ -56,7 +57,7 @@ pub(crate) fn open_partition(
         writer,
         ReadState::default(),
     );
-    partition.refresh()?;
+    partition.refresh_with(no_writer)?;
     Ok(partition)
 }
 
@@ -273,6 +274,15 @@ impl Partition {
     /// acked. Cheap when nothing changed: one read of the marker and one
     /// `stat` of the oldest segment (which retention may have deleted).
     pub(crate) fn refresh(&self) -> Result<(), BusError> {
+        self.refresh_with(false)
+    }
+
+    /// [`Partition::refresh`]; `no_writer`: no writer held the directory
+    /// when this reader opened, so every whole frame on disk is what the
+    /// next writer's recovery keeps, whatever the marker says (a power loss
+    /// can leave it empty or older than the fsynced frames). A later
+    /// writer's recovery stores a marker at least that far.
+    fn refresh_with(&self, no_writer: bool) -> Result<(), BusError> {
         // A read-only partition has no writer: its lock orders refreshes.
         let _refreshing = lock(&self.writer);
         if self.acked.get().is_none()
@@ -283,11 +293,16 @@ impl Partition {
         let limit = match self.acked.get() {
             None => Limit::Whole,
             Some(marker) => match marker.load()? {
-                Some((base, len)) => Limit::Acked { base, len },
-                // Being written for the first time: nothing new yet.
-                None => return Ok(()),
+                Stored::Point { base, len } => Limit::Acked { base, len },
+                // No writer is appending (see `acked`): a power loss took
+                // the unsynced marker, or a writer is opening (after its
+                // recovery, before its first store).
+                Stored::Unwritten => Limit::Whole,
+                // Being rewritten: nothing new yet.
+                Stored::Torn => return Ok(()),
             },
         };
+        let limit = if no_writer { Limit::Whole } else { limit };
         let (active, oldest) = {
             let read = self.reader();
             let active = read.segments.last().map(|s| (s.base, s.index.len));

@@ -162,9 +162,18 @@ impl Partition {
         match self.options.durability {
             Durability::Sync => {
                 let started = Instant::now();
-                files
-                    .sync_data(&writer.file)
-                    .map_err(|e| WriteError::Failed(Poison::io("fsync", e)))?;
+                if let Err(error) = files.sync_data(&writer.file) {
+                    // Not acked, and never fsynced again by this writer
+                    // (poisoned: after a failed fsync Linux marks the pages
+                    // clean, so a retry would "succeed" without writing
+                    // them). They are still in the page cache, where a
+                    // reopen in this boot would find the frame and keep it:
+                    // zeros over it, so recovery ends at the acked frames
+                    // (#29). Best effort: the poison is the answer either way.
+                    let zeros = vec![0u8; bytes.len()];
+                    let _ = files.write_all_at(&writer.file, &zeros, writer.pos);
+                    return Err(WriteError::Failed(Poison::io("fsync", error)));
+                }
                 metrics::fsync("embedded", started.elapsed());
             }
             Durability::Interval(_) => writer.dirty = true,
