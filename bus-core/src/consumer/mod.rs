@@ -44,7 +44,7 @@ mod store;
 mod stream;
 
 pub use admin::{delete_consumer, list_consumers, open_consumer, reset_consumer};
-pub use engine::{Consumer, Delivery};
+pub use engine::{Consumer, Delivery, ExternalAck};
 pub use memory::MemoryCursorStore;
 pub use options::{ConsumeOptions, OwnerPolicy};
 pub use store::{
