@@ -34,7 +34,7 @@ use crate::inner::Core;
 /// to another session; nothing here is woken when it goes).
 const WAIT_POLL: Duration = Duration::from_millis(50);
 
-struct PgCursorStore {
+pub(crate) struct PgCursorStore {
     core: Arc<Core>,
 }
 
@@ -49,11 +49,11 @@ enum Acquired {
     Busy,
 }
 
-fn table(core: &Core) -> String {
+pub(crate) fn table(core: &Core) -> String {
     format!("\"{}\".consumers", core.shared.options.schema)
 }
 
-fn as_i64(id: u64) -> i64 {
+pub(crate) fn as_i64(id: u64) -> i64 {
     i64::from_ne_bytes(id.to_ne_bytes())
 }
 
@@ -125,7 +125,14 @@ impl CursorStore for PgCursorStore {
                     .map_err(|e| pg("consumer acquire", &e))?;
                 let row = tx
                     .query_opt(
-                        &format!("SELECT state, owner FROM {table} WHERE topic = $1 AND name = $2"),
+                        // FOR UPDATE: an owner's cursor write in flight (its own
+                        // or inside a caller's transaction) commits first and
+                        // is read here, so the new owner never starts from a
+                        // state older than an acknowledgement that committed
+                        // (C21, C23).
+                        &format!(
+                            "SELECT state, owner FROM {table} WHERE topic = $1 AND name = $2 FOR UPDATE"
+                        ),
                         &[&topic_s, &name_s],
                     )
                     .await
@@ -381,7 +388,7 @@ impl CursorStore for PgCursorStore {
 }
 
 impl PostgresBus {
-    fn cursor_store(&self) -> PgCursorStore {
+    pub(crate) fn cursor_store(&self) -> PgCursorStore {
         PgCursorStore {
             core: Arc::clone(&self.core),
         }
