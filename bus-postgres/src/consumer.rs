@@ -34,7 +34,7 @@ use crate::inner::Core;
 /// to another session; nothing here is woken when it goes).
 const WAIT_POLL: Duration = Duration::from_millis(50);
 
-pub(crate) struct PgCursorStore {
+struct PgCursorStore {
     core: Arc<Core>,
 }
 
@@ -57,7 +57,7 @@ pub(crate) fn as_i64(id: u64) -> i64 {
     i64::from_ne_bytes(id.to_ne_bytes())
 }
 
-fn decode(text: &str, owner: Option<i64>) -> Result<CursorState, BusError> {
+pub(crate) fn decode(text: &str, owner: Option<i64>) -> Result<CursorState, BusError> {
     let mut state: CursorState = serde_json::from_str(text).map_err(|error| {
         BusError::backend(
             "postgres",
@@ -388,7 +388,7 @@ impl CursorStore for PgCursorStore {
 }
 
 impl PostgresBus {
-    pub(crate) fn cursor_store(&self) -> PgCursorStore {
+    fn cursor_store(&self) -> PgCursorStore {
         PgCursorStore {
             core: Arc::clone(&self.core),
         }

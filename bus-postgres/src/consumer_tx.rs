@@ -10,11 +10,11 @@
 use std::future::Future;
 
 use bus_core::BusError;
-use bus_core::consumer::{Consumer, CursorStore as _, Delivery, ExternalAck};
+use bus_core::consumer::{Consumer, Delivery, ExternalAck};
 
 use crate::PostgresBus;
-use crate::consumer::{as_i64, table};
-use crate::errors::pg;
+use crate::consumer::{as_i64, decode, table};
+use crate::errors::{pg, pool};
 
 /// A transaction of the caller's that [`PostgresBus::ack_in_transaction`]
 /// can write a cursor into and then commit or roll back: a
@@ -83,9 +83,10 @@ impl PostgresBus {
     /// - Any other error before the commit (a bad delivery, a failed
     ///   statement): rolled back, the record stays in flight and is
     ///   delivered again after `ack_wait` or a restart.
-    /// - The commit itself fails: the bus reads the cursor row back to learn
-    ///   whether the commit happened; if it did, `Committed`; if it did
-    ///   not, the error, the record in flight; if the row cannot be read,
+    /// - The commit itself fails: the bus reads the cursor row back (`FOR
+    ///   SHARE`, waiting for a commit still in flight) to learn whether the
+    ///   commit happened; if it did, `Committed`; if it did not, the error,
+    ///   the record in flight; if the row cannot be read in time,
     ///   the instance is fenced (its in-memory state could be wrong either
     ///   way) and the error returned: open the consumer again to continue
     ///   from what committed.
@@ -160,7 +161,10 @@ impl PostgresBus {
             }
             Err(error) => {
                 let failed = pg("commit a transaction with a consumer ack", &error);
-                match self.committed_anyway(&topic, &name, &prepared).await {
+                match self
+                    .committed_anyway(&table, &topic, &name, &prepared)
+                    .await
+                {
                     Ok(true) => {
                         consumer.confirm_external_ack(prepared);
                         Ok(TransactionalAck::Committed)
@@ -177,23 +181,43 @@ impl PostgresBus {
     }
 
     /// Whether the cursor row holds exactly what `prepared` wrote. Read
-    /// through the bus's own connector (the caller's connection is broken),
-    /// on a thread of its own: a pooled connection made from the caller's
-    /// runtime would be driven only while that runtime polls it, and the
-    /// bus's synchronous calls would then wait on it.
+    /// `FOR SHARE`, so a commit still in flight on the server (the COMMIT
+    /// arrived, the answer was lost) finishes first, or the read runs into
+    /// the bus's timeout and the outcome stays unknown. Read through the
+    /// bus's own connector (the caller's connection is broken), on a thread
+    /// of its own: a pooled connection made from the caller's runtime would
+    /// be driven only while that runtime polls it.
     async fn committed_anyway(
         &self,
+        table: &str,
         topic: &str,
         name: &str,
         prepared: &ExternalAck,
     ) -> Result<bool, BusError> {
-        let store = self.cursor_store();
-        let (topic, name) = (topic.to_owned(), name.to_owned());
+        let core = std::sync::Arc::clone(&self.core);
+        let (table, topic, name) = (table.to_owned(), topic.to_owned(), name.to_owned());
         let (send, receive) = futures::channel::oneshot::channel();
         std::thread::Builder::new()
             .name("bus-postgres-ack-check".to_owned())
             .spawn(move || {
-                let _ = send.send(store.load(&topic, &name));
+                let read = core.run("consumer ack check", move |shared| async move {
+                    let mut client = shared.pool.get().await.map_err(pool)?;
+                    let transaction = client
+                        .transaction()
+                        .await
+                        .map_err(|e| pg("consumer ack check", &e))?;
+                    let row = transaction
+                        .query_opt(
+                            &format!(
+                                "SELECT state, owner FROM {table} WHERE topic = $1 AND name = $2 FOR SHARE"
+                            ),
+                            &[&topic, &name],
+                        )
+                        .await
+                        .map_err(|e| pg("consumer ack check", &e))?;
+                    row.map(|row| decode(row.get(0), row.get(1))).transpose()
+                });
+                let _ = send.send(read);
             })?;
         let stored = receive
             .await

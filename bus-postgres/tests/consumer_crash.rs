@@ -40,7 +40,7 @@ fn is_poison(i: u64) -> bool {
 /// Acknowledged inside the handler's transaction (the others by a plain
 /// ack).
 fn in_transaction(i: u64) -> bool {
-    i % 2 == 0
+    i.is_multiple_of(2)
 }
 
 fn options(schema: &str) -> PostgresOptions {
@@ -338,7 +338,7 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
             .await
             .unwrap()
             .iter()
-            .map(|row| row.get::<_, i64>(0) as u64)
+            .map(|row| u64::try_from(row.get::<_, i64>(0)).unwrap())
             .collect()
     });
     let row_set: BTreeSet<u64> = rows.iter().copied().collect();

@@ -375,3 +375,53 @@ fn a_take_over_waits_for_an_uncommitted_transactional_ack() {
     assert!(matches!(error, BusError::Fenced { .. }), "{error:?}");
     assert_eq!(db.handled(), vec![0]);
 }
+
+/// The commit itself fails (here a deferred foreign key checked at
+/// COMMIT): the bus reads the cursor row back, finds its write did not
+/// land, and returns the error; the record stays in flight, the instance
+/// is not fenced, and nothing of the transaction is stored.
+#[test]
+fn a_failing_commit_acknowledges_nothing() {
+    let Some(mut db) = Db::new("a_failing_commit_acknowledges_nothing") else {
+        return;
+    };
+    db.publish(1);
+    let mut consumer = db.consume(OwnerPolicy::Fail);
+    let first = next(&mut consumer);
+    let schema = db.options.schema.clone();
+    let (bus, client) = (&db.bus, &mut db.client);
+    let outcome = db.runtime.block_on(async {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE \"{schema}\".parent (id bigint PRIMARY KEY);
+                 CREATE TABLE \"{schema}\".child (parent bigint REFERENCES \"{schema}\".parent
+                     DEFERRABLE INITIALLY DEFERRED)"
+            ))
+            .await
+            .unwrap();
+        let transaction = client.transaction().await.unwrap();
+        transaction
+            .batch_execute(&format!(
+                "INSERT INTO \"{schema}\".handled (record) VALUES (0);
+                 INSERT INTO \"{schema}\".child (parent) VALUES (999)"
+            ))
+            .await
+            .unwrap();
+        bus.ack_in_transaction(&mut consumer, transaction, &first)
+            .await
+    });
+    let error = outcome.unwrap_err();
+    assert!(
+        !matches!(error, BusError::Fenced { .. }),
+        "a failed commit is not fencing: {error:?}"
+    );
+    assert!(db.handled().is_empty(), "nothing of the transaction stored");
+    assert_eq!(consumer.cursor(), vec![(0, 0)], "memory did not move");
+    assert_eq!(db.bus.consumers(TOPIC).unwrap()[0].partitions[0].cursor, 0);
+    // Still the owner: the record can be handled again and acknowledged.
+    assert_eq!(
+        db.handle(&mut consumer, &first, true).unwrap(),
+        Some(TransactionalAck::Committed)
+    );
+    assert_eq!(db.handled(), vec![0]);
+}
