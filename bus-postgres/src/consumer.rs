@@ -235,13 +235,16 @@ impl CursorStore for PgCursorStore {
         );
         let outcome = self.core.run("consumer ack", move |shared| async move {
             let client = shared.pool.get().await.map_err(pool)?;
+            // Prepared once per pooled connection: a statement given as text
+            // costs a round trip of its own on every ack.
+            let update = client
+                .prepare_cached(&format!(
+                    "UPDATE {table} SET state = $3 WHERE topic = $1 AND name = $2 AND owner = $4"
+                ))
+                .await
+                .map_err(|e| pg("consumer ack", &e))?;
             let updated = client
-                .execute(
-                    &format!(
-                        "UPDATE {table} SET state = $3 WHERE topic = $1 AND name = $2 AND owner = $4"
-                    ),
-                    &[&topic_s, &name_s, &text, &id],
-                )
+                .execute(&update, &[&topic_s, &name_s, &text, &id])
                 .await
                 .map_err(|e| pg("consumer ack", &e))?;
             if updated == 1 {
