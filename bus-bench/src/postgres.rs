@@ -125,6 +125,12 @@ impl RawConn {
         Ok(row.get(0))
     }
 
+    /// The connection, for statements of a benchmark's own (a consumer's
+    /// cursor update beside the bus's).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Up to `max` records from `from` on, their values decoded; the next
     /// offset to read (or `from` at the end) and how many came.
     pub async fn fetch(&mut self, from: i64, max: i64) -> Result<(i64, usize), BusError> {

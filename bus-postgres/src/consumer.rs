@@ -49,15 +49,15 @@ enum Acquired {
     Busy,
 }
 
-fn table(core: &Core) -> String {
+pub(crate) fn table(core: &Core) -> String {
     format!("\"{}\".consumers", core.shared.options.schema)
 }
 
-fn as_i64(id: u64) -> i64 {
+pub(crate) fn as_i64(id: u64) -> i64 {
     i64::from_ne_bytes(id.to_ne_bytes())
 }
 
-fn decode(text: &str, owner: Option<i64>) -> Result<CursorState, BusError> {
+pub(crate) fn decode(text: &str, owner: Option<i64>) -> Result<CursorState, BusError> {
     let mut state: CursorState = serde_json::from_str(text).map_err(|error| {
         BusError::backend(
             "postgres",
@@ -125,7 +125,14 @@ impl CursorStore for PgCursorStore {
                     .map_err(|e| pg("consumer acquire", &e))?;
                 let row = tx
                     .query_opt(
-                        &format!("SELECT state, owner FROM {table} WHERE topic = $1 AND name = $2"),
+                        // FOR UPDATE: an owner's cursor write in flight (its own
+                        // or inside a caller's transaction) commits first and
+                        // is read here, so the new owner never starts from a
+                        // state older than an acknowledgement that committed
+                        // (C21, C23).
+                        &format!(
+                            "SELECT state, owner FROM {table} WHERE topic = $1 AND name = $2 FOR UPDATE"
+                        ),
                         &[&topic_s, &name_s],
                     )
                     .await
@@ -228,13 +235,16 @@ impl CursorStore for PgCursorStore {
         );
         let outcome = self.core.run("consumer ack", move |shared| async move {
             let client = shared.pool.get().await.map_err(pool)?;
+            // Prepared once per pooled connection: a statement given as text
+            // costs a round trip of its own on every ack.
+            let update = client
+                .prepare_cached(&format!(
+                    "UPDATE {table} SET state = $3 WHERE topic = $1 AND name = $2 AND owner = $4"
+                ))
+                .await
+                .map_err(|e| pg("consumer ack", &e))?;
             let updated = client
-                .execute(
-                    &format!(
-                        "UPDATE {table} SET state = $3 WHERE topic = $1 AND name = $2 AND owner = $4"
-                    ),
-                    &[&topic_s, &name_s, &text, &id],
-                )
+                .execute(&update, &[&topic_s, &name_s, &text, &id])
                 .await
                 .map_err(|e| pg("consumer ack", &e))?;
             if updated == 1 {

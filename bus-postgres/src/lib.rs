@@ -4,6 +4,7 @@
 mod asynchronous;
 mod bus;
 mod consumer;
+mod consumer_tx;
 mod errors;
 mod fetch;
 mod inner;
@@ -19,6 +20,13 @@ mod tls;
 mod topics;
 
 pub use bus::PostgresBus;
+pub use consumer_tx::{CallerTransaction, TransactionalAck};
+/// The deadpool-postgres this crate is built with (its `Transaction` is a
+/// [`CallerTransaction`] too).
+pub use deadpool_postgres;
+/// The tokio-postgres this crate is built with, for the transactions
+/// [`PostgresBus::ack_in_transaction`] takes (the types must match).
+pub use tokio_postgres;
 
 /// URL schemes [`PostgresBus::connect`] accepts; the `bus` facade routes by
 /// this list.

@@ -140,11 +140,14 @@ macro_rules! consumer_suite {
             c21_unacked_records_come_back_after_ack_wait_with_their_count,
             c21_a_crash_takes_back_only_acks_not_yet_durable,
             c21_ack_interval_writes_pending_acks_while_recv_waits,
+            c21_refused_acks_change_nothing_stored,
             c22_nack_dead_letters_with_metadata_then_acks,
             c22_max_deliver_dead_letters,
             c22_unprovisioned_dead_letter_topic_is_refused_naming_it,
+            c22_dead_letter_topic_must_be_another_valid_topic,
             c23_second_owner_fails_waits_or_takes_over,
-            c23_fenced_instance_acks_nothing
+            c23_fenced_instance_acks_nothing,
+            c23_two_instances_race_with_take_over
         );
     };
 }

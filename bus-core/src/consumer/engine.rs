@@ -8,10 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::acked::Acked;
+
+mod external;
 use super::store::fenced_error;
 use super::{ConsumeOptions, CursorState, CursorStore, OwnerToken, PartitionState, StoredSelector};
 use crate::subscription::{Subscription, SubscriptionItem};
 use crate::{BusError, EventBus, StoredEvent, backend::fnv1a64, embedded_uid};
+pub use external::ExternalAck;
 
 /// One record handed to a durable consumer. Acknowledge it with
 /// [`Consumer::ack`] (or cumulatively, [`Consumer::ack_through`]), or
@@ -423,7 +426,10 @@ impl Consumer {
     /// Acknowledges one delivery (C21). With `ack_every(1)` (the default)
     /// it is durable when this returns. A second ack of the same delivery,
     /// or of one already covered by [`Consumer::ack_through`], is harmless:
-    /// `Ok` and no change. A fenced instance gets [`BusError::Fenced`].
+    /// `Ok` and no change, except that when an earlier write of pending
+    /// acks failed (the error was returned then), it is tried again here:
+    /// retrying a failed ack is how to make it durable. A fenced instance
+    /// gets [`BusError::Fenced`].
     pub fn ack(&mut self, delivery: &Delivery) -> Result<(), BusError> {
         self.check_fenced()?;
         self.check_mine(delivery)?;
@@ -432,7 +438,10 @@ impl Consumer {
             return Err(BusError::invalid("delivery", "partition not consumed"));
         };
         if part.acked.contains(offset) {
-            return Ok(());
+            // Harmless, but not a way around durability: when the write of
+            // an earlier ack failed (the acks are still pending), this one
+            // writes again, so `Ok` keeps meaning durable (C21).
+            return self.after_ack();
         }
         if !part.flights.contains_key(&offset) {
             return Err(BusError::invalid(

@@ -50,7 +50,7 @@ pub use admin::{delete_consumer, list_consumers, open_consumer, reset_consumer};
 pub use asynchronous::{
     consume_async, consumers_async, delete_consumer_async, reset_consumer_async,
 };
-pub use engine::{Consumer, Delivery};
+pub use engine::{Consumer, Delivery, ExternalAck};
 pub use memory::MemoryCursorStore;
 pub use options::{ConsumeOptions, OwnerPolicy};
 pub use store::{
