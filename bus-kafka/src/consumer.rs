@@ -1,0 +1,738 @@
+//! Durable consumers on Kafka (C20–C23): the shared engine of
+//! `bus_core::consumer` over a **compacted cursor topic** written by
+//! **transactional producers**.
+//!
+//! Why this and not a consumer group's committed offsets: the state the
+//! engine stores ([`CursorState`]: the next offset per partition, the
+//! ranges acknowledged above it, the delivery counts of records in flight)
+//! is more than an offset, and the only room a group commit has for the
+//! rest is its metadata string, capped by the broker's
+//! `offset.metadata.max.bytes` (4,096 bytes by default), which a consumer
+//! with many out-of-order acks outgrows. Fencing by the group generation
+//! needs a real group membership (a rebalance protocol run by the client),
+//! which the bus's positioned readers do not have. A compacted topic keeps
+//! any size of state, and Kafka's transactions fence natively:
+//!
+//! - One cursor topic per bus namespace, `<manifest topic>-consumers`
+//!   (compacted, one partition, the manifest's replication factor), one
+//!   record per consumer keyed by the JSON pair `[topic, name]`, holding
+//!   the state and its owner's lease; a tombstone deletes it.
+//! - Every write is a transaction of a producer whose `transactional.id` is
+//!   derived from (cursor topic, topic, consumer). A new owner's
+//!   `init_transactions` bumps the producer epoch, so the previous
+//!   instance's next commit fails (`ProducerFenced`, fatal): its ack is
+//!   [`BusError::Fenced`] and writes nothing (C23). Reset and delete fence
+//!   the same way (they init a producer of that id too). The new owner
+//!   reads the state only after its `init_transactions`, so nothing the
+//!   old owner commits can slip in between.
+//! - Reads use `isolation.level=read_committed` from the start of the
+//!   cursor topic to its end (partition EOF): the latest committed state
+//!   per consumer; a fenced instance's aborted writes are never seen.
+//! - Liveness for [`OwnerPolicy::Fail`] and [`OwnerPolicy::Wait`]: a lease
+//!   in the record (`lease_until_ms`), renewed every [`RENEW`] by a thread
+//!   held in the [`OwnerToken`] while the instance lives, and by every
+//!   cursor write. A process that dies (kill -9) keeps the consumer for at
+//!   most [`LEASE`] past its last write; then another `consume` takes it
+//!   (and its `init_transactions` aborts a transaction the dead process
+//!   left open). A live instance whose renewals stall past the lease can
+//!   lose the consumer to a `Fail`/`Wait` opener: it is then fenced, so
+//!   two instances never both advance. The lease compares wall clocks of
+//!   the two hosts: clock skew lengthens or shortens the window.
+//!
+//! What a crash can take back: acknowledgements not yet written (with
+//! `ack_every(n)` / `ack_interval`, those since the last durable write;
+//! with the default `ack_every(1)` none: `ack` returns after the commit),
+//! redelivered with their delivery counts as of the last write (C21).
+//!
+//! Known limit: all consumers of a namespace share the cursor topic's one
+//! partition, and a read_committed read stops at the first open
+//! transaction. A process killed inside a cursor write leaves one open
+//! until its consumer is opened again or `transaction.timeout.ms`
+//! ([`TXN_TIMEOUT`]) passes; until then other consumers' later writes are
+//! not visible to `consumers()` and to an opener of *another* consumer
+//! (which would start from its state as of before that open transaction).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use bus_core::backend::sync::lock;
+use bus_core::consumer::{
+    ConsumeOptions, Consumer, ConsumerInfo, CursorState, CursorStore, DurableConsumers,
+    OwnerPolicy, OwnerToken, StoredSelector, check_owner, delete_consumer, fenced_error,
+    list_consumers, open_consumer, reset_consumer,
+};
+use bus_core::{BusError, Selector, StartAt, now_ms};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message as _;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use crate::client::{self, map_error, remaining};
+use crate::{KafkaBus, KafkaOptions};
+
+/// How long an owner keeps a consumer past its last cursor write when it
+/// stops renewing (a dead process): the wait a `Fail`/`Wait` opener sees
+/// after a kill -9 (C23).
+pub const LEASE: Duration = Duration::from_secs(6);
+
+/// How often a live owner renews its lease when it wrote nothing else.
+pub const RENEW: Duration = Duration::from_secs(2);
+
+/// How long the broker keeps a cursor transaction open before aborting it
+/// itself (a process killed inside a write); `init_transactions` by the
+/// next opener of the same consumer aborts it sooner.
+pub const TXN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How often a `Wait` owner policy looks again.
+const WAIT_POLL: Duration = Duration::from_millis(100);
+
+/// One consumer's record in the cursor topic.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Stored {
+    state: CursorState,
+    /// Wall-clock ms until which `state.owner` counts as alive.
+    lease_until_ms: u64,
+}
+
+/// The cursor topic's key of (topic, consumer): a JSON pair, so no name
+/// can run into the next.
+fn key(topic: &str, name: &str) -> Result<String, BusError> {
+    Ok(serde_json::to_string(&(topic, name))?)
+}
+
+fn random_id() -> Result<u64, BusError> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
+/// The cursor store of one bus namespace.
+struct KafkaCursorStore {
+    bus: KafkaBus,
+    topic: String,
+    /// The cursor topic is known to exist (created or seen).
+    exists: AtomicBool,
+}
+
+/// Why a transactional write did not happen.
+enum WriteError {
+    /// The producer was fenced (or failed fatally): it can write no more.
+    Fenced(String),
+    /// Anything else (broker down, timeout): the write may be retried.
+    Other(BusError),
+}
+
+/// The transactional producer of one (topic, consumer).
+struct TxnWriter {
+    producer: BaseProducer,
+    cursor_topic: String,
+    key: String,
+    options: KafkaOptions,
+}
+
+impl TxnWriter {
+    /// A producer of the consumer's `transactional.id`, initialised: every
+    /// earlier producer of that id is fenced from here on.
+    fn open(store: &KafkaCursorStore, topic: &str, name: &str) -> Result<Self, BusError> {
+        let options = store.bus.core.options.clone();
+        let mut config = client::producer_config(&options, client::Delivery::Plain);
+        config
+            .set(
+                "transactional.id",
+                format!("bus-consumer {} {topic:?} {name:?}", store.topic),
+            )
+            .set(
+                "transaction.timeout.ms",
+                TXN_TIMEOUT.as_millis().to_string(),
+            );
+        let producer: BaseProducer = config
+            .create()
+            .map_err(|error| map_error(&options, "creating the cursor producer", error))?;
+        producer
+            .init_transactions(options.timeout)
+            .map_err(|error| map_error(&options, "taking the consumer's cursor", error))?;
+        Ok(Self {
+            producer,
+            cursor_topic: store.topic.clone(),
+            key: key(topic, name)?,
+            options,
+        })
+    }
+
+    /// Writes `value` (`None`: a tombstone) in one committed transaction.
+    fn write(&self, value: Option<&[u8]>) -> Result<(), WriteError> {
+        let timeout = self.options.timeout;
+        let outcome = self.producer.begin_transaction().and_then(|()| {
+            let record = BaseRecord::<str, [u8]>::to(&self.cursor_topic)
+                .partition(0)
+                .key(self.key.as_str());
+            let record = match value {
+                Some(value) => record.payload(value),
+                None => record,
+            };
+            self.producer
+                .send(record)
+                .map_err(|(error, _)| error)
+                .and_then(|()| {
+                    self.deliver(timeout);
+                    self.producer.commit_transaction(timeout)
+                })
+        });
+        let Err(error) = outcome else {
+            return Ok(());
+        };
+        if self.producer.client().fatal_error().is_some() || fatal(&error) {
+            return Err(WriteError::Fenced(error.to_string()));
+        }
+        // An abortable or retriable failure: end the transaction so the
+        // next write can begin one.
+        let _ = self.producer.abort_transaction(timeout);
+        Err(WriteError::Other(map_error(
+            &self.options,
+            "writing the consumer's cursor",
+            error,
+        )))
+    }
+}
+
+impl TxnWriter {
+    /// Waits for the record's delivery before the commit. rdkafka's
+    /// `commit_transaction` flushes first, and its flush polls in steps of
+    /// 100 ms when the queue is not empty at once: every cursor write took
+    /// 100 ms (measured on the local broker: 102 ms per transaction,
+    /// 5–20 ms with this loop). Polled in 1 ms steps here, so the commit's
+    /// own flush finds nothing left.
+    fn deliver(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
+            self.producer.poll(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Whether a transaction error leaves the producer unusable (fenced by a
+/// newer epoch of its `transactional.id`, above all).
+fn fatal(error: &KafkaError) -> bool {
+    matches!(error, KafkaError::Transaction(inner) if inner.is_fatal())
+}
+
+/// What an owner holds while it lives: its producer, the last state it
+/// wrote (renewed by a thread) and whether it was fenced.
+struct OwnerShared {
+    writer: Mutex<Owned>,
+    fenced: AtomicBool,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+struct Owned {
+    writer: TxnWriter,
+    last: Stored,
+    written_at: Instant,
+}
+
+impl OwnerShared {
+    /// Writes `state` with a fresh lease. A fenced write is not remembered
+    /// here: [`KafkaCursorStore::store`] tells a real fencing from a
+    /// producer that failed for another reason.
+    fn write(&self, state: CursorState) -> Result<(), WriteError> {
+        let mut owned = lock(&self.writer);
+        if self.fenced.load(Ordering::SeqCst) {
+            return Err(WriteError::Fenced("fenced earlier".to_owned()));
+        }
+        let stored = Stored {
+            state,
+            lease_until_ms: now_ms() + millis(LEASE),
+        };
+        let bytes = serde_json::to_vec(&stored).map_err(|e| WriteError::Other(e.into()))?;
+        match owned.writer.write(Some(&bytes)) {
+            Ok(()) => {
+                owned.last = stored;
+                owned.written_at = Instant::now();
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The renewal loop: rewrites the last state with a fresh lease when
+    /// nothing was written for [`RENEW`], until stopped or fenced.
+    fn renew_until_stopped(&self) {
+        let mut stopped = lock(&self.stop);
+        loop {
+            stopped = self
+                .wake
+                .wait_timeout(stopped, RENEW / 4)
+                .map_or_else(|poisoned| poisoned.into_inner().0, |(guard, _)| guard);
+            if *stopped || self.fenced.load(Ordering::SeqCst) {
+                return;
+            }
+            let due = {
+                let owned = lock(&self.writer);
+                (owned.written_at.elapsed() >= RENEW).then(|| owned.last.state.clone())
+            };
+            // A failed renewal is tried again next round (the lease lasts
+            // three); a fenced producer fails at once, until the next
+            // `store` finds out whether it was fenced or can recover.
+            if let Some(state) = due
+                && let Err(WriteError::Other(error)) = self.write(state)
+            {
+                tracing::warn!(%error, "kafka: renewing a consumer's lease failed");
+            }
+        }
+    }
+}
+
+/// The [`OwnerToken::hold`] of a Kafka owner: stops and joins the renewal
+/// thread when dropped.
+struct Hold {
+    shared: Arc<OwnerShared>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        if let Some(renewer) = self.renewer.take() {
+            let _ = renewer.join();
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn busy(topic: &str, name: &str) -> BusError {
+    BusError::ConsumerBusy {
+        topic: topic.to_owned(),
+        consumer: name.to_owned(),
+    }
+}
+
+impl KafkaCursorStore {
+    fn deadline(&self) -> Instant {
+        self.bus.deadline()
+    }
+
+    /// Creates the cursor topic if missing (on the connector: the admin
+    /// client's calls are futures).
+    fn ensure_topic(&self) -> Result<(), BusError> {
+        if self.exists.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let topic = self.topic.clone();
+        self.bus
+            .blocking("creating the cursor topic", move |core, deadline| {
+                crate::topics::ensure_compacted_topic(&core.options, &core.admin, &topic, deadline)
+            })?;
+        self.exists.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the cursor topic exists (without creating it).
+    fn topic_exists(&self) -> Result<bool, BusError> {
+        if self.exists.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
+        let core = &self.bus.core;
+        let found = client::list_topics(&core.options, core.admin.inner(), self.deadline())?
+            .contains_key(&self.topic);
+        if found {
+            self.exists.store(true, Ordering::SeqCst);
+        }
+        Ok(found)
+    }
+
+    /// Every consumer's latest committed record: the cursor topic read
+    /// from its start to its end (read_committed, partition EOF) by a
+    /// fresh reader, so nothing cached can be stale.
+    fn read_all(&self) -> Result<BTreeMap<(String, String), Stored>, BusError> {
+        let mut out = BTreeMap::new();
+        if !self.topic_exists()? {
+            return Ok(out);
+        }
+        let options = &self.bus.core.options;
+        let mut config = client::reader_config(options);
+        config
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true");
+        let reader: BaseConsumer = config
+            .create()
+            .map_err(|error| map_error(options, "creating the cursor reader", error))?;
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&self.topic, 0, Offset::Beginning)
+            .and_then(|()| reader.assign(&list))
+            .map_err(|error| map_error(options, "assigning the cursor topic", error))?;
+        let deadline = self.deadline();
+        loop {
+            if Instant::now() >= deadline {
+                return Err(client::timed_out(options, "reading the cursor topic"));
+            }
+            match reader.poll(remaining(deadline).min(Duration::from_millis(200))) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+                Some(Err(error)) => {
+                    // Right after the topic is created, or while a broker
+                    // restarts: tried again until the deadline.
+                    tracing::debug!(%error, "kafka: reading the cursor topic, retrying");
+                }
+                Some(Ok(message)) => {
+                    let Some(Ok((topic, name))) = message
+                        .key()
+                        .map(serde_json::from_slice::<(String, String)>)
+                    else {
+                        continue;
+                    };
+                    match message.payload() {
+                        None => {
+                            out.remove(&(topic, name));
+                        }
+                        Some(payload) => match serde_json::from_slice::<Stored>(payload) {
+                            Ok(stored) => {
+                                out.insert((topic, name), stored);
+                            }
+                            Err(error) => {
+                                return Err(BusError::backend(
+                                    "kafka",
+                                    format!(
+                                        "the cursor of consumer {name:?} of topic {topic:?} is not readable: {error}"
+                                    ),
+                                ));
+                            }
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_one(&self, topic: &str, name: &str) -> Result<Option<Stored>, BusError> {
+        Ok(self
+            .read_all()?
+            .remove(&(topic.to_owned(), name.to_owned())))
+    }
+
+    /// One attempt to take the consumer; `Ok(None)` when it is busy.
+    fn try_acquire(
+        &self,
+        topic: &str,
+        name: &str,
+        policy: OwnerPolicy,
+        selector: &StoredSelector,
+    ) -> Result<Option<(OwnerToken, CursorState)>, BusError> {
+        if policy != OwnerPolicy::TakeOver
+            && let Some(stored) = self.read_one(topic, name)?
+            && stored.state.owner.is_some()
+            && stored.lease_until_ms > now_ms()
+        {
+            return Ok(None);
+        }
+        // From here every earlier instance is fenced: the state read next
+        // is the last one any of them committed.
+        let writer = TxnWriter::open(self, topic, name)?;
+        let mut state = match self.read_one(topic, name)? {
+            Some(stored) => stored.state,
+            None => CursorState {
+                selector: selector.clone(),
+                partitions: BTreeMap::new(),
+                owner: None,
+            },
+        };
+        let id = random_id()?;
+        state.owner = Some(id);
+        let shared = Arc::new(OwnerShared {
+            writer: Mutex::new(Owned {
+                writer,
+                last: Stored {
+                    state: state.clone(),
+                    lease_until_ms: 0,
+                },
+                written_at: Instant::now(),
+            }),
+            fenced: AtomicBool::new(false),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        match shared.write(state.clone()) {
+            Ok(()) => {}
+            // Another opener initialised the same id after us.
+            Err(WriteError::Fenced(_)) => return Ok(None),
+            Err(WriteError::Other(error)) => return Err(error),
+        }
+        let renewing = Arc::clone(&shared);
+        let renewer = std::thread::Builder::new()
+            .name("bus-kafka-lease".to_owned())
+            .spawn(move || renewing.renew_until_stopped())?;
+        let hold = Hold {
+            shared,
+            renewer: Some(renewer),
+        };
+        Ok(Some((
+            OwnerToken {
+                id,
+                hold: Some(Box::new(hold)),
+            },
+            state,
+        )))
+    }
+
+    /// After a write failed as fenced: when the latest committed record
+    /// still names `token` as owner, the producer failed for another
+    /// reason (librdkafka can declare a transactional producer fatally
+    /// failed across a broker restart), so a new producer of the same id
+    /// replaces it, and the record is read again after its
+    /// `init_transactions` (from then on nobody else can commit): still
+    /// `token`'s, the owner goes on; otherwise it is fenced for good.
+    fn recover(
+        &self,
+        topic: &str,
+        name: &str,
+        token: &OwnerToken,
+        shared: &OwnerShared,
+        why: &str,
+    ) -> Result<(), BusError> {
+        let fenced = |stored: Option<Stored>| {
+            check_owner(stored.as_ref().map(|s| &s.state), token).map_err(|reason| {
+                shared.fenced.store(true, Ordering::SeqCst);
+                fenced_error(topic, name, reason)
+            })
+        };
+        if shared.fenced.load(Ordering::SeqCst) {
+            return Err(self.fence_reason(topic, name, token, why));
+        }
+        fenced(self.read_one(topic, name)?)?;
+        let writer = TxnWriter::open(self, topic, name)?;
+        fenced(self.read_one(topic, name)?)?;
+        tracing::warn!(
+            topic,
+            consumer = name,
+            cause = why,
+            "kafka: a consumer's cursor producer failed; replaced by a new one"
+        );
+        lock(&shared.writer).writer = writer;
+        Ok(())
+    }
+
+    /// Why `token` may not write, from the latest committed record.
+    fn fence_reason(&self, topic: &str, name: &str, token: &OwnerToken, why: &str) -> BusError {
+        let reason = match self.read_one(topic, name) {
+            Ok(stored) => match check_owner(stored.as_ref().map(|s| &s.state), token) {
+                Err(reason) => reason.to_owned(),
+                Ok(()) => format!("the cursor producer failed: {why}"),
+            },
+            Err(_) => format!("the cursor producer was fenced: {why}"),
+        };
+        fenced_error(topic, name, &reason)
+    }
+}
+
+fn shared_of(token: &OwnerToken) -> Option<&Arc<OwnerShared>> {
+    token
+        .hold
+        .as_ref()
+        .and_then(|hold| hold.downcast_ref::<Hold>())
+        .map(|hold| &hold.shared)
+}
+
+impl CursorStore for KafkaCursorStore {
+    fn acquire(
+        &self,
+        topic: &str,
+        name: &str,
+        policy: OwnerPolicy,
+        selector: &StoredSelector,
+    ) -> Result<(OwnerToken, CursorState), BusError> {
+        self.ensure_topic()?;
+        let started = Instant::now();
+        loop {
+            if let Some(acquired) = self.try_acquire(topic, name, policy, selector)? {
+                return Ok(acquired);
+            }
+            match policy {
+                OwnerPolicy::Wait(wait) if started.elapsed() < wait => {
+                    std::thread::sleep(WAIT_POLL.min(wait.saturating_sub(started.elapsed())));
+                }
+                OwnerPolicy::Wait(wait) => {
+                    return Err(BusError::timeout(
+                        format!("waiting for consumer {name:?} of topic {topic:?} to be released"),
+                        wait,
+                    ));
+                }
+                // Lost a race with another opener that took it over.
+                OwnerPolicy::TakeOver if started.elapsed() < self.bus.core.options.timeout => {}
+                _ => return Err(busy(topic, name)),
+            }
+        }
+    }
+
+    fn store(
+        &self,
+        topic: &str,
+        name: &str,
+        token: &OwnerToken,
+        state: &CursorState,
+    ) -> Result<(), BusError> {
+        let Some(shared) = shared_of(token) else {
+            return Err(fenced_error(topic, name, "not a Kafka owner token"));
+        };
+        let mut state = state.clone();
+        state.owner = Some(token.id);
+        let why = match shared.write(state.clone()) {
+            Ok(()) => return Ok(()),
+            Err(WriteError::Fenced(why)) => why,
+            Err(WriteError::Other(error)) => return Err(error),
+        };
+        self.recover(topic, name, token, shared, &why)?;
+        match shared.write(state) {
+            Ok(()) => Ok(()),
+            Err(WriteError::Fenced(why)) => {
+                shared.fenced.store(true, Ordering::SeqCst);
+                Err(self.fence_reason(topic, name, token, &why))
+            }
+            Err(WriteError::Other(error)) => Err(error),
+        }
+    }
+
+    fn release(&self, _topic: &str, _name: &str, token: OwnerToken) {
+        let Some(hold) = token.hold else {
+            return;
+        };
+        let Ok(hold) = hold.downcast::<Hold>() else {
+            return;
+        };
+        let shared = Arc::clone(&hold.shared);
+        drop(hold); // stops the renewals first
+        // Written with no owner so the next `consume` finds it free at
+        // once; a fenced instance writes nothing (its producer refuses).
+        let last = lock(&shared.writer).last.state.clone();
+        let mut state = last;
+        state.owner = None;
+        let mut owned = lock(&shared.writer);
+        if shared.fenced.load(Ordering::SeqCst) {
+            return;
+        }
+        let stored = Stored {
+            state,
+            lease_until_ms: 0,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&stored)
+            && owned.writer.write(Some(&bytes)).is_ok()
+        {
+            owned.last = stored;
+        }
+    }
+
+    fn list(&self, topic: &str) -> Result<Vec<(String, CursorState)>, BusError> {
+        Ok(self
+            .read_all()?
+            .into_iter()
+            .filter(|((t, _), _)| t == topic)
+            .map(|((_, name), stored)| (name, stored.state))
+            .collect())
+    }
+
+    fn load(&self, topic: &str, name: &str) -> Result<Option<CursorState>, BusError> {
+        Ok(self.read_one(topic, name)?.map(|stored| stored.state))
+    }
+
+    fn replace(
+        &self,
+        topic: &str,
+        name: &str,
+        state: Option<&CursorState>,
+    ) -> Result<bool, BusError> {
+        self.ensure_topic()?;
+        // Fences a running instance (and aborts what it left open) first.
+        let writer = TxnWriter::open(self, topic, name)?;
+        let existed = self.read_one(topic, name)?.is_some();
+        let bytes = match state {
+            Some(state) => {
+                let mut state = state.clone();
+                state.owner = None;
+                Some(serde_json::to_vec(&Stored {
+                    state,
+                    lease_until_ms: 0,
+                })?)
+            }
+            None => None,
+        };
+        match writer.write(bytes.as_deref()) {
+            Ok(()) => Ok(existed),
+            Err(WriteError::Fenced(why)) => Err(BusError::unavailable(
+                "kafka",
+                format!(
+                    "consumer {name:?} of topic {topic:?} was taken by another opener during the reset: {why}"
+                ),
+            )),
+            Err(WriteError::Other(error)) => Err(error),
+        }
+    }
+}
+
+impl KafkaBus {
+    /// The compacted topic holding this bus's durable-consumer cursors:
+    /// `<manifest topic>-consumers` (created on the first `consume`).
+    pub fn cursor_topic(&self) -> String {
+        format!("{}-consumers", self.core.options.manifest_topic)
+    }
+
+    /// Another handle on the same clients (dead-letter writes, the cursor
+    /// store's admin work); it owns no subscriptions.
+    fn consumer_handle(&self) -> Self {
+        Self {
+            executor: Arc::clone(&self.executor),
+            core: Arc::clone(&self.core),
+            subscriptions: Arc::default(),
+            waker: Arc::clone(&self.waker),
+        }
+    }
+
+    fn cursor_store(&self) -> KafkaCursorStore {
+        KafkaCursorStore {
+            bus: self.consumer_handle(),
+            topic: self.cursor_topic(),
+            exists: AtomicBool::new(false),
+        }
+    }
+}
+
+impl DurableConsumers for KafkaBus {
+    fn consume(
+        &self,
+        topic: &str,
+        name: &str,
+        selector: Selector,
+        start_if_new: StartAt,
+        options: ConsumeOptions,
+    ) -> Result<Consumer, BusError> {
+        open_consumer(
+            self,
+            Arc::new(self.consumer_handle()),
+            Arc::new(self.cursor_store()),
+            topic,
+            name,
+            selector,
+            start_if_new,
+            options,
+        )
+    }
+
+    fn consumers(&self, topic: &str) -> Result<Vec<ConsumerInfo>, BusError> {
+        list_consumers(self, &self.cursor_store(), topic)
+    }
+
+    fn reset_consumer(&self, topic: &str, name: &str, start: StartAt) -> Result<(), BusError> {
+        reset_consumer(self, &self.cursor_store(), topic, name, start)
+    }
+
+    fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
+        delete_consumer(self, &self.cursor_store(), topic, name)
+    }
+}
