@@ -520,6 +520,32 @@ impl KafkaCursorStore {
         Ok(())
     }
 
+    /// `error` from a write that failed without fencing the producer, or
+    /// [`BusError::Fenced`] when the latest committed record shows that
+    /// another instance, a reset or a delete took the consumer: a commit
+    /// racing a new owner's `init_transactions` can fail as abortable (the
+    /// broker answers e.g. `TRANSACTION_ABORTABLE`) rather than fenced.
+    fn unless_fenced(
+        &self,
+        topic: &str,
+        name: &str,
+        token: &OwnerToken,
+        shared: &OwnerShared,
+        error: BusError,
+    ) -> BusError {
+        match self.read_one(topic, name) {
+            Ok(stored) => match check_owner(stored.as_ref().map(|s| &s.state), token) {
+                Ok(()) => error,
+                Err(reason) => {
+                    shared.fenced.store(true, Ordering::SeqCst);
+                    fenced_error(topic, name, reason)
+                }
+            },
+            // The broker is out of reach: the write's own error says more.
+            Err(_) => error,
+        }
+    }
+
     /// Why `token` may not write, from the latest committed record.
     fn fence_reason(&self, topic: &str, name: &str, token: &OwnerToken, why: &str) -> BusError {
         let reason = match self.read_one(topic, name) {
@@ -587,7 +613,9 @@ impl CursorStore for KafkaCursorStore {
         let why = match shared.write(state.clone()) {
             Ok(()) => return Ok(()),
             Err(WriteError::Fenced(why)) => why,
-            Err(WriteError::Other(error)) => return Err(error),
+            Err(WriteError::Other(error)) => {
+                return Err(self.unless_fenced(topic, name, token, shared, error));
+            }
         };
         self.recover(topic, name, token, shared, &why)?;
         match shared.write(state) {
@@ -596,7 +624,9 @@ impl CursorStore for KafkaCursorStore {
                 shared.fenced.store(true, Ordering::SeqCst);
                 Err(self.fence_reason(topic, name, token, &why))
             }
-            Err(WriteError::Other(error)) => Err(error),
+            Err(WriteError::Other(error)) => {
+                Err(self.unless_fenced(topic, name, token, shared, error))
+            }
         }
     }
 
