@@ -7,7 +7,8 @@
 //! ranges acknowledged above it, the delivery counts of records in flight)
 //! is more than an offset, and the only room a group commit has for the
 //! rest is its metadata string, capped by the broker's
-//! `offset.metadata.max.bytes` (4,096 bytes by default), which a consumer
+//! `offset.metadata.max.bytes` (4,096 bytes by default; so on the local
+//! 4.4 broker, checked with kafka-configs), which a consumer
 //! with many out-of-order acks outgrows. Fencing by the group generation
 //! needs a real group membership (a rebalance protocol run by the client),
 //! which the bus's positioned readers do not have. A compacted topic keeps

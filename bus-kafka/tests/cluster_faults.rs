@@ -377,7 +377,7 @@ fn consumer_survives_the_cursor_leader_kill() {
     let Some((cluster, bus, _manifest)) = setup("consumer_survives_the_cursor_leader_kill") else {
         return;
     };
-    const RECORDS: u64 = 60;
+    const RECORDS: usize = 60;
     for i in 0..RECORDS {
         bus.publish(TOPIC, &format!("k{i}"), &json!({ "i": i }))
             .expect("publish");
@@ -405,7 +405,7 @@ fn consumer_survives_the_cursor_leader_kill() {
     let killed = Instant::now();
     let mut failures = 0u64;
     let mut resumed = None;
-    while tally.handled.len() < RECORDS as usize || !tally.pending.is_empty() {
+    while tally.handled.len() < RECORDS || !tally.pending.is_empty() {
         assert!(
             killed.elapsed() < WAIT,
             "all records after the kill ({} handled)",
@@ -446,5 +446,5 @@ fn consumer_survives_the_cursor_leader_kill() {
         tally.after_ack, 0,
         "a durably acked record was handled again"
     );
-    assert_eq!(tally.handled.len() as u64, RECORDS);
+    assert_eq!(tally.handled.len(), RECORDS);
 }

@@ -383,6 +383,9 @@ fn a_dead_owner_keeps_the_consumer_only_for_its_lease() {
     );
 }
 
+/// Per record, the instances whose ack of it returned `Ok`.
+type AckedBy = BTreeMap<(u32, u64), Vec<usize>>;
+
 /// Two instances (two buses, as two processes would be) take one consumer
 /// over from each other while both consume and acknowledge.
 #[test]
@@ -395,7 +398,7 @@ fn two_instances_taking_over_never_both_ack_a_record() {
         bus.publish(TOPIC, &format!("k{i}"), &serde_json::json!({"i": i}))
             .unwrap();
     }
-    let acked: Arc<Mutex<BTreeMap<(u32, u64), Vec<usize>>>> = Arc::default();
+    let acked: Arc<Mutex<AckedBy>> = Arc::default();
     let refusals = Arc::new(Mutex::new(0u64));
     let takeovers = Arc::new(Mutex::new(0u64));
     let deadline = Instant::now() + Duration::from_secs(120);

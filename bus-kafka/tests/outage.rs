@@ -112,7 +112,7 @@ fn a_durable_consumer_goes_on_after_a_broker_kill() {
             "no cached Kafka jars (run: bash scripts/kafka.sh install)",
         );
     };
-    const RECORDS: u64 = 60;
+    const RECORDS: usize = 60;
     let mut broker = Broker::new(libs, &Listener::Plaintext);
     broker.start();
     let options = KafkaOptions::new([broker.address()]).timeout(TIMEOUT);
@@ -158,7 +158,7 @@ fn a_durable_consumer_goes_on_after_a_broker_kill() {
     }
     broker.start();
     let deadline = Instant::now() + WAIT * 2;
-    while tally.handled.len() < RECORDS as usize || !tally.pending.is_empty() {
+    while tally.handled.len() < RECORDS || !tally.pending.is_empty() {
         assert!(
             Instant::now() < deadline,
             "all records after the restart ({} handled)",
@@ -193,7 +193,7 @@ fn a_durable_consumer_goes_on_after_a_broker_kill() {
         tally.after_ack, 0,
         "a durably acked record was handled again"
     );
-    assert_eq!(tally.handled.len() as u64, RECORDS);
+    assert_eq!(tally.handled.len(), RECORDS);
     drop(again);
     broker.kill();
 }
