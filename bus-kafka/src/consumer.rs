@@ -47,15 +47,19 @@
 //!
 //! Known limit: all consumers of a namespace share the cursor topic's one
 //! partition, and a read_committed read stops at the first open
-//! transaction. A process killed inside a cursor write leaves one open
-//! until its consumer is opened again or `transaction.timeout.ms`
-//! ([`TXN_TIMEOUT`]) passes; until then other consumers' later writes are
-//! not visible to `consumers()` and to an opener of *another* consumer
-//! (which would start from its state as of before that open transaction).
+//! transaction, which may be another consumer's write in flight. An owner
+//! builds only on a settled read (after its `init_transactions`, read on
+//! until no transaction below the high watermark is open), so it never
+//! starts from a stale state. A process killed inside a cursor write leaves
+//! its transaction open until its consumer is opened again or the broker
+//! aborts it (`transaction.timeout.ms` = [`TXN_TIMEOUT`] plus the broker's
+//! sweep, 10 s by default): meanwhile an opener of *another* consumer of
+//! the namespace waits (up to the bus timeout plus 25 s), and
+//! `consumers()` may show cursors as of before that transaction.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bus_core::backend::sync::lock;
@@ -86,7 +90,14 @@ pub const RENEW: Duration = Duration::from_secs(2);
 /// How long the broker keeps a cursor transaction open before aborting it
 /// itself (a process killed inside a write); `init_transactions` by the
 /// next opener of the same consumer aborts it sooner.
-pub const TXN_TIMEOUT: Duration = Duration::from_secs(15);
+pub const TXN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much longer than the bus timeout a settled read of the cursor topic
+/// may wait for an open transaction to end: [`TXN_TIMEOUT`], plus the
+/// broker's sweep for timed-out transactions
+/// (`transaction.abort.timed.out.transaction.cleanup.interval.ms`, 10 s by
+/// default), plus slack.
+const SETTLE_WAIT: Duration = Duration::from_secs(25);
 
 /// How often a `Wait` owner policy looks again.
 const WAIT_POLL: Duration = Duration::from_millis(100);
@@ -118,6 +129,8 @@ struct KafkaCursorStore {
     topic: String,
     /// The cursor topic is known to exist (created or seen).
     exists: AtomicBool,
+    /// A read_uncommitted client for the cursor topic's high watermark.
+    watermarks: OnceLock<BaseConsumer>,
 }
 
 /// Why a transactional write did not happen.
@@ -354,7 +367,14 @@ impl KafkaCursorStore {
     /// Every consumer's latest committed record: the cursor topic read
     /// from its start to its end (read_committed, partition EOF) by a
     /// fresh reader, so nothing cached can be stale.
-    fn read_all(&self) -> Result<BTreeMap<(String, String), Stored>, BusError> {
+    ///
+    /// A read_committed read ends at the first open transaction (its last
+    /// stable offset), which may be another consumer's write in flight: a
+    /// `settled` read (taken after `init_transactions`, to build on) goes
+    /// on until it has passed the high watermark a read_uncommitted client
+    /// sees, i.e. until no transaction below it is open, waiting up to
+    /// [`SETTLE_WAIT`] more for the broker to abort one a dead process left.
+    fn read_all(&self, settled: bool) -> Result<BTreeMap<(String, String), Stored>, BusError> {
         let mut out = BTreeMap::new();
         if !self.topic_exists()? {
             return Ok(out);
@@ -371,14 +391,22 @@ impl KafkaCursorStore {
         list.add_partition_offset(&self.topic, 0, Offset::Beginning)
             .and_then(|()| reader.assign(&list))
             .map_err(|error| map_error(options, "assigning the cursor topic", error))?;
-        let deadline = self.deadline();
+        let deadline = if settled {
+            self.deadline() + SETTLE_WAIT
+        } else {
+            self.deadline()
+        };
+        let mut at_end = false;
         loop {
             if Instant::now() >= deadline {
                 return Err(client::timed_out(options, "reading the cursor topic"));
             }
-            match reader.poll(remaining(deadline).min(Duration::from_millis(200))) {
+            if at_end && (!settled || self.passed_high_watermark(&reader, deadline)?) {
+                return Ok(out);
+            }
+            match reader.poll(remaining(deadline).min(Duration::from_millis(50))) {
                 None => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(out),
+                Some(Err(KafkaError::PartitionEOF(_))) => at_end = true,
                 Some(Err(error)) => {
                     // Right after the topic is created, or while a broker
                     // restarts: tried again until the deadline.
@@ -414,9 +442,70 @@ impl KafkaCursorStore {
         }
     }
 
+    /// Whether `reader` (at a partition EOF) stands at or past the high
+    /// watermark: its position moves past commit and abort markers, and a
+    /// read_uncommitted client's watermark counts open transactions.
+    fn passed_high_watermark(
+        &self,
+        reader: &BaseConsumer,
+        deadline: Instant,
+    ) -> Result<bool, BusError> {
+        let options = &self.bus.core.options;
+        let position = reader
+            .position()
+            .map_err(|error| map_error(options, "reading the cursor topic", error))?
+            .elements()
+            .first()
+            .and_then(|element| match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            });
+        // Called only after a partition EOF: with no position, nothing
+        // was ever fetched (an empty topic), which is a position of 0.
+        let position = position.unwrap_or(0);
+        let high = match self.watermarks.get() {
+            Some(client) => client,
+            None => {
+                let mut config = client::reader_config(options);
+                config.set("isolation.level", "read_uncommitted");
+                let client: BaseConsumer = config.create().map_err(|error| {
+                    map_error(options, "creating the cursor watermark client", error)
+                })?;
+                // A racing caller may have set one first: either serves.
+                let _ = self.watermarks.set(client);
+                self.watermarks
+                    .get()
+                    .ok_or_else(|| BusError::backend("kafka", "no cursor watermark client"))?
+            }
+        };
+        let (_, high) = client::retry(
+            options,
+            "reading the cursor topic's watermarks",
+            deadline,
+            high.client(),
+            || {
+                high.fetch_watermarks(
+                    &self.topic,
+                    0,
+                    remaining(deadline).min(Duration::from_secs(1)),
+                )
+            },
+        )?;
+        Ok(position >= high)
+    }
+
     fn read_one(&self, topic: &str, name: &str) -> Result<Option<Stored>, BusError> {
+        self.read_key(topic, name, false)
+    }
+
+    /// The record of one consumer, settled (see [`Self::read_all`]).
+    fn read_settled(&self, topic: &str, name: &str) -> Result<Option<Stored>, BusError> {
+        self.read_key(topic, name, true)
+    }
+
+    fn read_key(&self, topic: &str, name: &str, settled: bool) -> Result<Option<Stored>, BusError> {
         Ok(self
-            .read_all()?
+            .read_all(settled)?
             .remove(&(topic.to_owned(), name.to_owned())))
     }
 
@@ -438,7 +527,7 @@ impl KafkaCursorStore {
         // From here every earlier instance is fenced: the state read next
         // is the last one any of them committed.
         let writer = TxnWriter::open(self, topic, name)?;
-        let mut state = match self.read_one(topic, name)? {
+        let mut state = match self.read_settled(topic, name)? {
             Some(stored) => stored.state,
             None => CursorState {
                 selector: selector.clone(),
@@ -510,7 +599,7 @@ impl KafkaCursorStore {
         }
         fenced(self.read_one(topic, name)?)?;
         let writer = TxnWriter::open(self, topic, name)?;
-        fenced(self.read_one(topic, name)?)?;
+        fenced(self.read_settled(topic, name)?)?;
         tracing::warn!(
             topic,
             consumer = name,
@@ -662,7 +751,7 @@ impl CursorStore for KafkaCursorStore {
 
     fn list(&self, topic: &str) -> Result<Vec<(String, CursorState)>, BusError> {
         Ok(self
-            .read_all()?
+            .read_all(false)?
             .into_iter()
             .filter(|((t, _), _)| t == topic)
             .map(|((_, name), stored)| (name, stored.state))
@@ -682,7 +771,7 @@ impl CursorStore for KafkaCursorStore {
         self.ensure_topic()?;
         // Fences a running instance (and aborts what it left open) first.
         let writer = TxnWriter::open(self, topic, name)?;
-        let existed = self.read_one(topic, name)?.is_some();
+        let existed = self.read_settled(topic, name)?.is_some();
         let bytes = match state {
             Some(state) => {
                 let mut state = state.clone();
@@ -730,6 +819,7 @@ impl KafkaBus {
             bus: self.consumer_handle(),
             topic: self.cursor_topic(),
             exists: AtomicBool::new(false),
+            watermarks: OnceLock::new(),
         }
     }
 }
