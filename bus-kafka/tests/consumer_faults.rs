@@ -408,14 +408,20 @@ fn two_instances_taking_over_never_both_ack_a_record() {
             let options = options(&cleanup.brokers, &cleanup.manifest);
             scope.spawn(move || {
                 let bus = KafkaBus::connect_with(options).unwrap();
-                let take = || {
-                    bus.consume(
+                // Opening can lose the race too: the other instance may
+                // take over between this one's acquire and its first
+                // cursor write (a refusal, then another try).
+                let take = || loop {
+                    match bus.consume(
                         TOPIC,
                         "racer",
                         Selector::Topic,
                         StartAt::Beginning,
                         ConsumeOptions::default().owner(OwnerPolicy::TakeOver),
-                    )
+                    ) {
+                        Err(BusError::Fenced { .. }) => *refusals.lock().unwrap() += 1,
+                        other => return other,
+                    }
                 };
                 let mut consumer = take().unwrap();
                 *takeovers.lock().unwrap() += 1;

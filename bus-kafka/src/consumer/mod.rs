@@ -351,7 +351,7 @@ impl KafkaCursorStore {
         match shared.write(state.clone()) {
             Ok(()) => {}
             // Another opener initialised the same id after us.
-            Err(WriteError::Fenced(_)) => return Ok(None),
+            Err(WriteError::Fenced { .. }) => return Ok(None),
             Err(WriteError::Other(error)) => return Err(error),
         }
         let renewing = Arc::clone(&shared);
@@ -439,7 +439,9 @@ impl KafkaCursorStore {
         let reason = match self.read_one(topic, name) {
             Ok(stored) => match check_owner(stored.as_ref().map(|s| &s.state), token) {
                 Err(reason) => reason.to_owned(),
-                Ok(()) => format!("the cursor producer failed: {why}"),
+                Ok(()) => {
+                    format!("another instance is taking over, or the cursor producer failed: {why}")
+                }
             },
             Err(_) => format!("the cursor producer was fenced: {why}"),
         };
@@ -479,8 +481,12 @@ impl CursorStore for KafkaCursorStore {
                         wait,
                     ));
                 }
-                // Lost a race with another opener that took it over.
-                OwnerPolicy::TakeOver if started.elapsed() < self.bus.core.options.timeout => {}
+                // Lost a race with another opener that took it over: a
+                // random pause, so two takers do not fence each other in
+                // step for ever.
+                OwnerPolicy::TakeOver if started.elapsed() < self.bus.core.options.timeout => {
+                    std::thread::sleep(Duration::from_millis(random_id()? % 50));
+                }
                 _ => return Err(busy(topic, name)),
             }
         }
@@ -500,7 +506,18 @@ impl CursorStore for KafkaCursorStore {
         state.owner = Some(token.id);
         let why = match shared.write(state.clone()) {
             Ok(()) => return Ok(()),
-            Err(WriteError::Fenced(why)) => why,
+            // A newer epoch of the id: another opener, a reset or a
+            // delete. Never recovered from (a new producer would fence
+            // that opener in turn, and two takers could fence each other
+            // for ever).
+            Err(WriteError::Fenced {
+                why,
+                by_epoch: true,
+            }) => {
+                shared.fenced.store(true, Ordering::SeqCst);
+                return Err(self.fence_reason(topic, name, token, &why));
+            }
+            Err(WriteError::Fenced { why, .. }) => why,
             Err(WriteError::Other(error)) => {
                 return Err(self.unless_fenced(topic, name, token, shared, error));
             }
@@ -508,7 +525,7 @@ impl CursorStore for KafkaCursorStore {
         self.recover(topic, name, token, shared, &why)?;
         match shared.write(state) {
             Ok(()) => Ok(()),
-            Err(WriteError::Fenced(why)) => {
+            Err(WriteError::Fenced { why, .. }) => {
                 shared.fenced.store(true, Ordering::SeqCst);
                 Err(self.fence_reason(topic, name, token, &why))
             }
@@ -583,7 +600,7 @@ impl CursorStore for KafkaCursorStore {
         };
         match writer.write(bytes.as_deref()) {
             Ok(()) => Ok(existed),
-            Err(WriteError::Fenced(why)) => Err(BusError::unavailable(
+            Err(WriteError::Fenced { why, .. }) => Err(BusError::unavailable(
                 "kafka",
                 format!(
                     "consumer {name:?} of topic {topic:?} was taken by another opener during the reset: {why}"

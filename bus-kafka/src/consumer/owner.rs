@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bus_core::backend::sync::lock;
 use bus_core::consumer::CursorState;
 use bus_core::{BusError, now_ms};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use serde::{Deserialize, Serialize};
 
@@ -33,8 +33,10 @@ pub(super) fn key(topic: &str, name: &str) -> Result<String, BusError> {
 
 /// Why a transactional write did not happen.
 pub(super) enum WriteError {
-    /// The producer was fenced (or failed fatally): it can write no more.
-    Fenced(String),
+    /// The producer can write no more: fenced by a newer epoch of its
+    /// `transactional.id` (`by_epoch`), or failed fatally for another
+    /// reason (which a new producer may get past).
+    Fenced { why: String, by_epoch: bool },
     /// Anything else (broker down, timeout): the write may be retried.
     Other(BusError),
 }
@@ -102,8 +104,23 @@ impl TxnWriter {
         let Err(error) = outcome else {
             return Ok(());
         };
-        if self.producer.client().fatal_error().is_some() || fatal(&error) {
-            return Err(WriteError::Fenced(error.to_string()));
+        let fatal_code = self.producer.client().fatal_error().map(|(code, _)| code);
+        if fatal_code.is_some() || fatal(&error) {
+            let by_epoch = [fatal_code, error.rdkafka_error_code()]
+                .into_iter()
+                .flatten()
+                .any(|code| {
+                    matches!(
+                        code,
+                        RDKafkaErrorCode::Fenced
+                            | RDKafkaErrorCode::ProducerFenced
+                            | RDKafkaErrorCode::InvalidProducerEpoch
+                    )
+                });
+            return Err(WriteError::Fenced {
+                why: error.to_string(),
+                by_epoch,
+            });
         }
         // An abortable or retriable failure: end the transaction so the
         // next write can begin one.
@@ -159,7 +176,10 @@ impl OwnerShared {
     pub(super) fn write(&self, state: CursorState) -> Result<(), WriteError> {
         let mut owned = lock(&self.writer);
         if self.fenced.load(Ordering::SeqCst) {
-            return Err(WriteError::Fenced("fenced earlier".to_owned()));
+            return Err(WriteError::Fenced {
+                why: "fenced earlier".to_owned(),
+                by_epoch: true,
+            });
         }
         let stored = Stored {
             state,
