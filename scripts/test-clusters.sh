@@ -4,7 +4,8 @@
 #   1. the conformance suite against a three-node NATS cluster
 #      (scripts/nats-cluster.sh, ports from BUS_NATS_CLUSTER_BASE, default
 #      24222) with every topic at replication factor 3;
-#   2. the conformance suite and bus-kafka/tests/replication.rs against a
+#   2. the conformance suite, the durable-consumer suite (C20-C23) and
+#      bus-kafka/tests/replication.rs against a
 #      three-node Kafka cluster (scripts/kafka-cluster.sh, ports from
 #      BUS_KAFKA_CLUSTER_BASE, default 29092) at replication factor 3
 #      (skipped with BUS_KAFKA_CLUSTER=0);
@@ -39,7 +40,7 @@ if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
   scripts/kafka-cluster.sh wipe "$kbase" >&2
   kexports="$(scripts/kafka-cluster.sh start "$kbase")"
   echo "test-clusters.sh: $kexports BUS_REPLICATION_FACTOR=3" >&2
-  env "$kexports" cargo test -p bus-kafka --test conformance --test replication "$@"
+  env "$kexports" cargo test -p bus-kafka --test conformance --test consumers --test replication "$@"
   scripts/kafka-cluster.sh wipe "$kbase" >&2
 fi
 tk=$(date +%s)

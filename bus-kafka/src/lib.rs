@@ -14,6 +14,7 @@ use rdkafka::producer::Producer as _;
 mod asynchronous;
 mod bus;
 mod client;
+mod consumer;
 mod dedup;
 mod fetch;
 #[cfg(feature = "fuzzing")]

@@ -435,6 +435,7 @@ const BUS_SETTINGS: &[&str] = &[
     "message.send.max.retries",
     "enable.gapless.guarantee",
     "transactional.id",
+    "transaction.timeout.ms",
     "partitioner",
     "partitioner_cb",
     // The readers and subscriptions: positioned, no commits, prompt ends.

@@ -35,7 +35,19 @@ pub(crate) fn ensure_manifest_topic(
     admin: &Admin,
     deadline: Instant,
 ) -> Result<(), BusError> {
-    let topic = options.manifest_topic.clone();
+    ensure_compacted_topic(options, admin, &options.manifest_topic, deadline)
+}
+
+/// Creates a one-partition compacted topic of the bus (the manifest topic,
+/// the durable consumers' cursor topic) when the cluster lacks it, at the
+/// manifest's replication factor.
+pub(crate) fn ensure_compacted_topic(
+    options: &KafkaOptions,
+    admin: &Admin,
+    topic: &str,
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let topic = topic.to_owned();
     if list_topics(options, admin.inner(), deadline)?.contains_key(&topic) {
         return Ok(());
     }

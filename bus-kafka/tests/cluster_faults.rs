@@ -10,7 +10,9 @@
 //!   every record once, in order;
 //! - a follower killed and restarted: nothing lost, nothing duplicated;
 //! - two of three killed: publishes fail within timeout + 1 s with a
-//!   transient error (never an ack), and succeed once one node is back.
+//!   transient error (never an ack), and succeed once one node is back;
+//! - the leader of the durable consumers' cursor topic killed mid-consume:
+//!   the same consumer goes on, no record handled again after its ack.
 //!
 //! The tests take turns (one cluster at a time). Each prints one
 //! `cluster-fault` line with its figures.
@@ -361,4 +363,88 @@ fn two_of_three_killed() {
             started.elapsed()
         ),
     );
+}
+
+/// A durable consumer (C20/C21) while the leader of its cursor topic is
+/// killed: the same consumer goes on (acks that failed in the failover are
+/// made durable by `flush`), every record is handled, none again after its
+/// durable ack, and a consumer opened afterwards gets nothing back.
+#[test]
+fn consumer_survives_the_cursor_leader_kill() {
+    use bus_core::consumer::{ConsumeOptions, DurableConsumers};
+    let _serial = lock(&SERIAL);
+    let started = Instant::now();
+    let Some((cluster, bus, _manifest)) = setup("consumer_survives_the_cursor_leader_kill") else {
+        return;
+    };
+    const RECORDS: usize = 60;
+    for i in 0..RECORDS {
+        bus.publish(TOPIC, &format!("k{i}"), &json!({ "i": i }))
+            .expect("publish");
+    }
+    let open = || {
+        bus.consume(
+            TOPIC,
+            "c",
+            Selector::Topic,
+            StartAt::Beginning,
+            ConsumeOptions::default().ack_wait(Duration::from_secs(5)),
+        )
+    };
+    let mut consumer = open().expect("consume");
+    let mut tally = common::Tally::default();
+    let deadline = Instant::now() + WAIT;
+    while tally.handled.len() < 20 {
+        assert!(Instant::now() < deadline, "20 records before the kill");
+        tally
+            .step(&mut consumer)
+            .unwrap_or_else(|e| panic!("before the kill: {e}"));
+    }
+    let leader = cluster.wait_leader(&bus.cursor_topic());
+    cluster.kill(leader);
+    let killed = Instant::now();
+    let mut failures = 0u64;
+    let mut resumed = None;
+    while tally.handled.len() < RECORDS || !tally.pending.is_empty() {
+        assert!(
+            killed.elapsed() < WAIT,
+            "all records after the kill ({} handled)",
+            tally.handled.len()
+        );
+        let durable = tally.durable.len();
+        match tally.step(&mut consumer) {
+            Err(error @ bus_core::BusError::Fenced { .. }) => {
+                panic!("fenced by a failover: {error}")
+            }
+            Err(_) => failures += 1,
+            Ok(()) if resumed.is_none() && tally.durable.len() > durable => {
+                resumed = Some(killed.elapsed());
+            }
+            Ok(()) => {}
+        }
+    }
+    drop(consumer);
+    let mut again = open().expect("consume again");
+    let back = again
+        .recv_timeout(Duration::from_secs(3))
+        .expect("recv after reopening");
+    eprintln!(
+        "cluster-fault consumer: records {RECORDS}, handled {}, handled twice after a durable ack {}, \
+         redelivered without an ack {}, failed calls {failures}, first durable ack {resumed:?} after the kill, \
+         test {:?}",
+        tally.handled.len(),
+        tally.after_ack,
+        tally
+            .handled
+            .values()
+            .map(|n| u64::from(n - 1))
+            .sum::<u64>(),
+        started.elapsed()
+    );
+    assert!(back.is_none(), "an acked record came back: {back:?}");
+    assert_eq!(
+        tally.after_ack, 0,
+        "a durably acked record was handled again"
+    );
+    assert_eq!(tally.handled.len(), RECORDS);
 }

@@ -5,15 +5,17 @@
 //! bus, then started again on the same port and data. Every failed call
 //! fails within timeout + 1 s with a retryable error, the same bus publishes
 //! and fetches again, no acknowledged record is lost and UIDs still
-//! deduplicate.
+//! deduplicate. A durable consumer (C20/C21) goes on across a broker kill
+//! without handling again a record it acknowledged.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bus_conformance::outage::{Stop, with_traffic};
 use bus_conformance::util::poll_until;
-use bus_core::{EventBus, Manifest, TopicSpec};
+use bus_core::consumer::{ConsumeOptions, DurableConsumers};
+use bus_core::{BusError, EventBus, Manifest, Selector, StartAt, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions};
 use common::own::{Broker, Listener, kafka_libs};
 use serde_json::json;
@@ -94,4 +96,104 @@ fn clean_stop_fails_retryably_and_the_same_bus_recovers() {
 #[test]
 fn kill_fails_retryably_and_the_same_bus_recovers() {
     outage("kill_fails_retryably_and_the_same_bus_recovers", Stop::Kill);
+}
+
+/// A durable consumer handles and acknowledges records while its broker is
+/// killed and started again: the same consumer goes on once the broker is
+/// back (an ack that failed meanwhile is made durable by `flush`), every
+/// record is handled, none again after its durable ack, and a consumer
+/// opened afterwards gets nothing back.
+#[test]
+fn a_durable_consumer_goes_on_after_a_broker_kill() {
+    let test = "a_durable_consumer_goes_on_after_a_broker_kill";
+    let Some(libs) = kafka_libs() else {
+        return common::skip(
+            test,
+            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
+        );
+    };
+    const RECORDS: usize = 60;
+    let mut broker = Broker::new(libs, &Listener::Plaintext);
+    broker.start();
+    let options = KafkaOptions::new([broker.address()]).timeout(TIMEOUT);
+    let bus = poll_until("the test broker to serve", WAIT * 2, || {
+        KafkaBus::connect_with(options.clone()).ok()
+    });
+    let topic = "consumed";
+    bus.provision(&Manifest::new([TopicSpec::new(topic, PARTITIONS)]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    for i in 0..RECORDS {
+        bus.publish(topic, &format!("k{i}"), &json!({ "i": i }))
+            .unwrap_or_else(|e| panic!("publish: {e}"));
+    }
+    let open = || {
+        bus.consume(
+            topic,
+            "c",
+            Selector::Topic,
+            StartAt::Beginning,
+            ConsumeOptions::default().ack_wait(Duration::from_secs(5)),
+        )
+    };
+    let mut consumer = open().unwrap_or_else(|e| panic!("consume: {e}"));
+    let mut tally = common::Tally::default();
+    let mut failures = 0u64;
+    let deadline = Instant::now() + WAIT;
+    while tally.handled.len() < 20 {
+        assert!(Instant::now() < deadline, "20 records before the kill");
+        tally
+            .step(&mut consumer)
+            .unwrap_or_else(|e| panic!("before the kill: {e}"));
+    }
+    broker.stop(Stop::Kill);
+    let down = Instant::now();
+    while down.elapsed() < TIMEOUT * 2 {
+        if let Err(error) = tally.step(&mut consumer) {
+            assert!(
+                !matches!(error, BusError::Fenced { .. }),
+                "fenced by an outage: {error}"
+            );
+            failures += 1;
+        }
+    }
+    broker.start();
+    let deadline = Instant::now() + WAIT * 2;
+    while tally.handled.len() < RECORDS || !tally.pending.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "all records after the restart ({} handled)",
+            tally.handled.len()
+        );
+        if let Err(error) = tally.step(&mut consumer) {
+            assert!(
+                !matches!(error, BusError::Fenced { .. }),
+                "fenced by an outage: {error}"
+            );
+            failures += 1;
+        }
+    }
+    drop(consumer);
+    let mut again = open().unwrap_or_else(|e| panic!("consume again: {e}"));
+    let back = again
+        .recv_timeout(Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("recv after reopening: {e}"));
+    eprintln!(
+        "kafka consumer broker kill: records {RECORDS}, handled {}, handled twice after a durable ack {}, \
+         redelivered without an ack {}, failed calls {failures}",
+        tally.handled.len(),
+        tally.after_ack,
+        tally
+            .handled
+            .values()
+            .map(|n| u64::from(n - 1))
+            .sum::<u64>()
+    );
+    assert!(back.is_none(), "an acked record came back: {back:?}");
+    assert_eq!(
+        tally.after_ack, 0,
+        "a durably acked record was handled again"
+    );
+    assert_eq!(tally.handled.len(), RECORDS);
+    drop(again);
+    broker.kill();
 }

@@ -5,6 +5,7 @@
 pub mod harness;
 pub mod own;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use bus_core::BusError;
@@ -93,5 +94,38 @@ pub fn delete_raw_topics(brokers: &str, topics: &[String]) {
         .build();
     if let Ok(runtime) = runtime {
         let _ = runtime.block_on(admin.delete_topics(&names, &AdminOptions::new()));
+    }
+}
+
+/// What a durable consumer in a fault test handled and acknowledged.
+#[derive(Default)]
+pub struct Tally {
+    pub handled: BTreeMap<(u32, u64), u32>,
+    pub durable: BTreeSet<(u32, u64)>,
+    /// Acknowledged, not yet durable (the write failed in the outage).
+    pub pending: BTreeSet<(u32, u64)>,
+    pub after_ack: u64,
+}
+
+impl Tally {
+    /// One step: make pending acks durable, else handle and ack a record.
+    pub fn step(&mut self, consumer: &mut bus_core::consumer::Consumer) -> Result<(), BusError> {
+        if !self.pending.is_empty() {
+            consumer.flush()?;
+            self.durable.append(&mut self.pending);
+            return Ok(());
+        }
+        let Some(delivery) = consumer.recv_timeout(Duration::from_millis(200))? else {
+            return Ok(());
+        };
+        let at = (delivery.partition, delivery.offset);
+        if self.durable.contains(&at) {
+            self.after_ack += 1;
+        }
+        *self.handled.entry(at).or_default() += 1;
+        self.pending.insert(at);
+        consumer.ack(&delivery)?;
+        self.durable.append(&mut self.pending);
+        Ok(())
     }
 }
