@@ -357,22 +357,19 @@ fn consume_some(
             Ok(Some(delivery)) => {
                 let key = (delivery.partition, delivery.offset);
                 figures.handle(key);
-                // A failed ack leaves the record unacknowledged: it comes
-                // back, which the figures allow.
-                loop {
-                    match consumer.ack(&delivery) {
-                        Ok(()) => {
-                            figures.acked.insert(key);
-                            break;
-                        }
-                        Err(BusError::Fenced { reason, .. }) => panic!("fenced: {reason}"),
-                        Err(error) => {
-                            failures += 1;
-                            assert!(Instant::now() < deadline, "acks kept failing: {error}");
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
+                // A failed ack stays pending in the engine (a second ack
+                // of it is a no-op): `flush` until its write is durable.
+                let mut outcome = consumer.ack(&delivery);
+                while let Err(error) = outcome {
+                    if let BusError::Fenced { reason, .. } = error {
+                        panic!("fenced: {reason}");
                     }
+                    failures += 1;
+                    assert!(Instant::now() < deadline, "acks kept failing: {error}");
+                    std::thread::sleep(Duration::from_millis(100));
+                    outcome = consumer.flush();
                 }
+                figures.acked.insert(key);
             }
             Ok(None) => {}
             Err(BusError::Fenced { reason, .. }) => panic!("fenced: {reason}"),
