@@ -533,6 +533,9 @@ fn consumer_bucket_leader_killed_mid_consume() {
             );
             failed_acks += 1;
             assert!(Instant::now() < deadline, "acks kept failing: {error}");
+            // Polls the election's end (refusals come back at once while
+            // the bucket has no leader).
+            std::thread::sleep(Duration::from_millis(20));
             outcome = consumer.flush();
         }
         longest_refusal = longest_refusal.max(since.elapsed());
