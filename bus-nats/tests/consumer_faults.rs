@@ -229,6 +229,9 @@ impl Figures {
     }
 }
 
+/// What one instance acknowledged, by (partition, offset).
+type Acked = BTreeSet<(u32, u64)>;
+
 /// Deletes the prefix's streams and consumer bucket when the test ends.
 struct Cleanup(String);
 
@@ -496,7 +499,7 @@ fn two_instances_taking_over_never_both_ack_a_record() {
         .map(|i| bus_core::BatchRecord::new(format!("k{i}"), json!({"i": i})))
         .collect();
     bus.publish_batch(TOPIC, &records).unwrap();
-    let acked: Arc<Mutex<[BTreeSet<(u32, u64)>; 2]>> = Arc::default();
+    let acked: Arc<Mutex<[Acked; 2]>> = Arc::default();
     let refusals = Arc::new(AtomicU64::new(0));
     let takeovers = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
