@@ -109,7 +109,7 @@ async fn raw_consume(
         // caller a value.
         let value: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
         std::hint::black_box(value);
-        if every > 0 && (seen % every == 0 || seen == records) {
+        if every > 0 && (seen.is_multiple_of(every) || seen == records) {
             message.double_ack().await.unwrap();
         }
     }

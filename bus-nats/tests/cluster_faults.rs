@@ -506,7 +506,11 @@ fn consumer_bucket_leader_killed_mid_consume() {
     let mut longest_refusal = Duration::ZERO;
     let deadline = Instant::now() + WAIT * 2;
     while (acked.len() as u64) < total {
-        assert!(Instant::now() < deadline, "{} of {total} acked", acked.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} acked",
+            acked.len()
+        );
         if killed.is_none() && acked.len() >= 200 {
             let leader = poll_until("the bucket's leader", WAIT, || {
                 cluster.state_of(Some(&bucket)).map(|(leader, _)| leader)
@@ -571,6 +575,9 @@ fn consumer_bucket_leader_killed_mid_consume() {
     );
     assert!(killed.is_some(), "the leader was never killed");
     assert_eq!(handled_after_ack, 0, "an acked record was handled again");
-    assert!(extra.is_none(), "a record came back after every one was acked: {extra:?}");
+    assert!(
+        extra.is_none(),
+        "a record came back after every one was acked: {extra:?}"
+    );
     assert_eq!(handled.len() as u64, total);
 }
