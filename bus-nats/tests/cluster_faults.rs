@@ -548,14 +548,31 @@ fn consumer_bucket_leader_killed_mid_consume() {
     drop(consumer);
     // A new process (a new connection) goes on from the stored cursor:
     // nothing is left, nothing comes back.
-    let options = NatsOptions::from_url(&cluster.url())
+    // Seeded with the nodes still running (the killed one cannot answer).
+    let live: Vec<String> = (0..3)
+        .filter(|&node| cluster.nodes[node].is_some())
+        .map(|node| format!("nats://127.0.0.1:{}", cluster.client[node]))
+        .collect();
+    let options = NatsOptions::from_url(&live.join(","))
         .expect("url")
         .prefix(PREFIX)
         .timeout(TIMEOUT)
         .connect_timeout(TIMEOUT);
-    let again = poll_until("a bus after the kill", WAIT, || {
-        NatsBus::connect_with(options.clone()).ok()
-    });
+    let mut last = None;
+    let again = poll_until(
+        "a bus after the kill",
+        WAIT,
+        || match NatsBus::connect_with(options.clone()) {
+            Ok(bus) => Some(bus),
+            Err(error) => {
+                if last.as_ref() != Some(&error.to_string()) {
+                    eprintln!("connecting after the kill: {error}");
+                    last = Some(error.to_string());
+                }
+                None
+            }
+        },
+    );
     let mut consumer = open(&again);
     let extra = consumer
         .recv_timeout(Duration::from_secs(1))
