@@ -9,8 +9,10 @@
 #      three-node Kafka cluster (scripts/kafka-cluster.sh, ports from
 #      BUS_KAFKA_CLUSTER_BASE, default 29092) at replication factor 3
 #      (skipped with BUS_KAFKA_CLUSTER=0);
-#   3. the NATS leader-kill fault test, #[ignore]d in `cargo test` (it kills
-#      nodes and takes up to a minute), run once: a failure fails; it
+#   3. the NATS leader-kill fault tests, #[ignore]d in `cargo test` (they kill
+#      nodes and take up to a minute each: the topic stream's leader under
+#      load, and the durable-consumer bucket's leader mid-consume, #28),
+#      run once: a failure fails; each
 #      starts a cluster of its own on free ports (skipped with
 #      BUS_CLUSTER_FAULTS=0). The other fault tests, NATS
 #      (bus-nats/tests/cluster_faults.rs) and Kafka

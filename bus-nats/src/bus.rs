@@ -247,7 +247,7 @@ impl NatsBus {
             .ok_or_else(|| BusError::backend("nats", "the connector did not start"))
     }
 
-    fn run<T, Fut>(
+    pub(crate) fn run<T, Fut>(
         &self,
         what: &str,
         operation: impl FnOnce(Arc<Shared>) -> Fut + Send + 'static,

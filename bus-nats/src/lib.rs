@@ -3,6 +3,7 @@
 #[cfg(feature = "async")]
 mod asynchronous;
 mod bus;
+mod consumer;
 mod cursor;
 mod errors;
 mod fetch;

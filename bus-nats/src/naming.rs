@@ -89,6 +89,30 @@ pub fn record_subject(stream: &str, uid: Option<&str>) -> String {
     }
 }
 
+/// The JetStream KV bucket holding a bus's durable-consumer cursors
+/// (C20): `{prefix}_consumers`, so its stream is `KV_{prefix}_consumers`,
+/// which no topic stream (`{prefix}_{token}_{partition}`) can be.
+pub fn consumer_bucket(prefix: &str) -> String {
+    format!("{prefix}_consumers")
+}
+
+/// A consumer's key in [`consumer_bucket`]: `{topic token}.{name token}`
+/// (consumer names follow the topic-name rule, so they escape alike and
+/// hold no `.`; the keys of one topic share the `{topic token}.` prefix).
+pub fn consumer_key(topic: &str, name: &str) -> String {
+    format!("{}.{}", topic_token(topic), topic_token(name))
+}
+
+/// The core-NATS subject a live owner of a consumer answers on (C23):
+/// `{prefix}.consumer-owner.{topic token}.{name token}.{owner id}`.
+pub fn owner_subject(prefix: &str, topic: &str, name: &str, owner: u64) -> String {
+    format!(
+        "{prefix}.consumer-owner.{}.{}.{owner}",
+        topic_token(topic),
+        topic_token(name)
+    )
+}
+
 /// Hex of SHA-256 of the UID: a subject token whatever the UID holds.
 pub fn uid_hash(uid: &str) -> String {
     to_hex(&Sha256::digest(uid.as_bytes()))

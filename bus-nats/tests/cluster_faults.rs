@@ -8,7 +8,11 @@
 //!   original ack, and a live subscription sees every record once, in order;
 //! - a follower killed and restarted: nothing lost, nothing duplicated;
 //! - two of three killed: publishes fail within timeout + 1 s with a
-//!   transient error (never an ack), and succeed once one node is back.
+//!   transient error (never an ack), and succeed once one node is back;
+//! - durable consumers (issue #28): the leader of the consumer bucket (its
+//!   KV stream, replicated like the topic) killed mid-consume: acks fail
+//!   for the election and then go on, no acked record is handled again,
+//!   and a new process finds nothing left.
 //!
 //! Each test prints one `cluster-fault` line with its figures. With
 //! `RUST_LOG` set the bus logs through tracing; with
@@ -120,6 +124,13 @@ impl Cluster {
     /// The stream's leader and whether every replica is current, asked of a
     /// running node.
     fn stream_state(&self) -> Option<(usize, bool)> {
+        self.state_of(None)
+    }
+
+    /// [`Cluster::stream_state`] of the stream `name` (the topic's stream
+    /// when `None`).
+    fn state_of(&self, named: Option<&str>) -> Option<(usize, bool)> {
+        let named = named.map(str::to_owned);
         let urls: Vec<String> = (0..3)
             .filter(|&node| self.nodes[node].is_some())
             .map(|node| format!("nats://127.0.0.1:{}", self.client[node]))
@@ -135,7 +146,10 @@ impl Cluster {
                 .await
                 .ok()?;
             let js = async_nats::jetstream::new(client);
-            let name = stream_of(&js).await?;
+            let name = match named {
+                Some(name) => name,
+                None => stream_of(&js).await?,
+            };
             let mut stream = js.get_stream(&name).await.ok()?;
             let info = stream.info().await.ok()?;
             let cluster = info.cluster.clone()?;
@@ -440,4 +454,147 @@ fn replication_factor_larger_than_the_cluster() {
         "created {topics:?}"
     );
     assert_eq!(cluster.stream_count(), 1, "only the setup's stream exists");
+}
+
+/// The consumer bucket's stream of the bus's prefix.
+fn bucket_stream() -> String {
+    format!("KV_{}", bus_nats::naming::consumer_bucket(PREFIX))
+}
+
+#[test]
+#[ignore = "run by scripts/test-clusters.sh (and CI): kills the consumer bucket's leader mid-consume"]
+fn consumer_bucket_leader_killed_mid_consume() {
+    use bus_core::consumer::{ConsumeOptions, DurableConsumers};
+    use std::collections::BTreeSet;
+
+    let started = Instant::now();
+    let Some((mut cluster, bus)) = setup("cluster_faults") else {
+        return;
+    };
+    let total = 600u64;
+    let records: Vec<bus_core::BatchRecord> = (0..total)
+        .map(|i| bus_core::BatchRecord::new(format!("k{i}"), json!({ "i": i })))
+        .collect();
+    for chunk in records.chunks(100) {
+        poll_until("publishing before the kill", WAIT, || {
+            bus.publish_batch(TOPIC, chunk).ok()
+        });
+    }
+    let open = |bus: &NatsBus| {
+        poll_until("consume", WAIT, || {
+            bus.consume(
+                TOPIC,
+                "worker",
+                Selector::Topic,
+                StartAt::Beginning,
+                ConsumeOptions::default(),
+            )
+            .ok()
+        })
+    };
+    // The bucket is made at replication factor 3 (the topic's) on the
+    // first consume.
+    let mut consumer = open(&bus);
+    let bucket = bucket_stream();
+    poll_until("every bucket replica current", WAIT, || {
+        cluster
+            .state_of(Some(&bucket))
+            .and_then(|(_, current)| current.then_some(()))
+    });
+    let (mut handled, mut acked) = (BTreeSet::new(), BTreeSet::new());
+    let (mut handled_after_ack, mut failed_acks, mut killed) = (0u64, 0u64, None);
+    let mut longest_refusal = Duration::ZERO;
+    let deadline = Instant::now() + WAIT * 2;
+    while (acked.len() as u64) < total {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} acked",
+            acked.len()
+        );
+        if killed.is_none() && acked.len() >= 200 {
+            let leader = poll_until("the bucket's leader", WAIT, || {
+                cluster.state_of(Some(&bucket)).map(|(leader, _)| leader)
+            });
+            cluster.kill(leader);
+            killed = Some(leader);
+        }
+        let delivery = match consumer.recv_timeout(Duration::from_millis(200)) {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) | Err(_) => continue,
+        };
+        let key = (delivery.partition, delivery.offset);
+        if acked.contains(&key) {
+            handled_after_ack += 1;
+        }
+        handled.insert(key);
+        // A failed ack stays pending in the engine: `flush` until durable.
+        let since = Instant::now();
+        let mut outcome = consumer.ack(&delivery);
+        while let Err(error) = outcome {
+            assert!(
+                !matches!(error, BusError::Fenced { .. }),
+                "fenced without a second instance: {error}"
+            );
+            failed_acks += 1;
+            assert!(Instant::now() < deadline, "acks kept failing: {error}");
+            // Polls the election's end (refusals come back at once while
+            // the bucket has no leader).
+            std::thread::sleep(Duration::from_millis(20));
+            outcome = consumer.flush();
+        }
+        longest_refusal = longest_refusal.max(since.elapsed());
+        acked.insert(key);
+    }
+    drop(consumer);
+    // A new process (a new connection) goes on from the stored cursor:
+    // nothing is left, nothing comes back.
+    // Seeded with the nodes still running (the killed one cannot answer).
+    let live: Vec<String> = (0..3)
+        .filter(|&node| cluster.nodes[node].is_some())
+        .map(|node| format!("nats://127.0.0.1:{}", cluster.client[node]))
+        .collect();
+    let options = NatsOptions::from_url(&live.join(","))
+        .expect("url")
+        .prefix(PREFIX)
+        .timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT);
+    let mut last = None;
+    let again = poll_until(
+        "a bus after the kill",
+        WAIT,
+        || match NatsBus::connect_with(options.clone()) {
+            Ok(bus) => Some(bus),
+            Err(error) => {
+                if last.as_ref() != Some(&error.to_string()) {
+                    eprintln!("connecting after the kill: {error}");
+                    last = Some(error.to_string());
+                }
+                None
+            }
+        },
+    );
+    let mut consumer = open(&again);
+    let extra = consumer
+        .recv_timeout(Duration::from_secs(1))
+        .expect("recv after the kill");
+    report(
+        "consumer_bucket_leader_killed_mid_consume",
+        &format!(
+            "records {total}, handled {}, acked {}, handled again after an ack {handled_after_ack}, \
+             killed node n{}, failed acks {failed_acks}, longest ack (retries included) \
+             {longest_refusal:?}, left after a restart {}, wall time {:?}",
+            handled.len(),
+            acked.len(),
+            killed.unwrap_or(99),
+            usize::from(extra.is_some()),
+            started.elapsed()
+        ),
+    );
+    assert!(killed.is_some(), "the leader was never killed");
+    assert_eq!(handled_after_ack, 0, "an acked record was handled again");
+    assert!(
+        extra.is_none(),
+        "a record came back after every one was acked: {extra:?}"
+    );
+    assert_eq!(handled.len() as u64, total);
 }

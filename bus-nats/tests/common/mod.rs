@@ -123,7 +123,8 @@ pub fn raw<T>(work: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T 
     })
 }
 
-/// Deletes the streams whose names start with `prefix` and `_`.
+/// Deletes the streams whose names start with `prefix` and `_`, and the
+/// prefix's consumer bucket.
 pub async fn delete_streams(js: &async_nats::jetstream::Context, prefix: &str) {
     use futures::StreamExt;
     let ours = format!("{prefix}_");
@@ -132,7 +133,12 @@ pub async fn delete_streams(js: &async_nats::jetstream::Context, prefix: &str) {
         .filter_map(|name| async move { name.ok() })
         .collect()
         .await;
-    for name in names.into_iter().filter(|name| name.starts_with(&ours)) {
+    // The consumer bucket's stream (`KV_{prefix}_consumers`) too.
+    let bucket = format!("KV_{}", bus_nats::naming::consumer_bucket(prefix));
+    for name in names
+        .into_iter()
+        .filter(|name| name.starts_with(&ours) || *name == bucket)
+    {
         let _ = js.delete_stream(&name).await;
     }
 }
