@@ -139,17 +139,9 @@ fn open_embedded(_path: &str, _read_only: bool) -> Result<Box<dyn Bus>, BusError
     Err(crate::disabled("file", "embedded"))
 }
 
-// NATS and Kafka: `impl DurableConsumers for NatsBus` / `for KafkaBus` are
-// on the branches consumers-nats and consumers-kafka. Until each lands its
-// bus goes behind `Unconsumable` (consumer calls: `Unsupported`); wiring it
-// is the one-line change in each function below, and the test
-// `nats_and_kafka_consumers_are_not_wired_yet` in tests/consumers.rs then fails
-// on purpose, to be turned into a test that they consume.
 #[cfg(feature = "nats")]
 fn open_nats(url: &str) -> Result<Box<dyn Bus>, BusError> {
-    // At merge of consumers-nats: Ok(Box::new(Traced::new(bus_nats::NatsBus::connect(url)?)))
-    let bus = crate::unconsumable::Unconsumable::new(bus_nats::NatsBus::connect(url)?);
-    Ok(Box::new(Traced::new(bus)))
+    Ok(Box::new(Traced::new(bus_nats::NatsBus::connect(url)?)))
 }
 
 #[cfg(not(feature = "nats"))]
@@ -159,9 +151,7 @@ fn open_nats(_url: &str) -> Result<Box<dyn Bus>, BusError> {
 
 #[cfg(feature = "kafka")]
 fn open_kafka(url: &str) -> Result<Box<dyn Bus>, BusError> {
-    // At merge of consumers-kafka: Ok(Box::new(Traced::new(bus_kafka::KafkaBus::connect(url)?)))
-    let bus = crate::unconsumable::Unconsumable::new(bus_kafka::KafkaBus::connect(url)?);
-    Ok(Box::new(Traced::new(bus)))
+    Ok(Box::new(Traced::new(bus_kafka::KafkaBus::connect(url)?)))
 }
 
 #[cfg(not(feature = "kafka"))]

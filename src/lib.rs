@@ -20,7 +20,6 @@ pub use async_open::{connect_async, connect_consumers_async, open_async, open_co
 
 mod consumers;
 pub use consumers::{Bus, connect_consumers, open_consumers};
-mod unconsumable;
 
 // Each backend crate, and its bus and options types, under the facade: a
 // user who builds a backend by hand (`bus::NatsOptions::new(..)`) needs no

@@ -177,59 +177,54 @@ fn broker(found: Result<String, bus_conformance::Unavailable>, test: &str) -> Op
     }
 }
 
-/// A PostgreSQL URL consumes through the facade, with its acks kept by the
-/// server for the next connection (C20, C21).
-#[cfg(feature = "postgres")]
-#[test]
-fn postgres_url_consumes_and_resumes() {
-    let Some(url) = broker(
-        bus_conformance::brokers::postgres_url(),
-        "postgres_url_consumes_and_resumes",
-    ) else {
-        return;
-    };
+/// A broker URL consumes through the facade, with its acks kept by the
+/// broker for the next connection (C20, C21).
+#[cfg(any(feature = "nats", feature = "kafka", feature = "postgres"))]
+fn url_consumes_and_resumes(url: &str) {
     let topic = format!("facade-consume-{}-{}", std::process::id(), bus::now_ms());
     let manifest = Manifest::new([TopicSpec::new(topic.as_str(), 1)]);
     {
-        let bus = bus::open_consumers(&url, &manifest).unwrap();
+        let bus = bus::open_consumers(url, &manifest).unwrap();
         for n in 0..4 {
             bus.publish(&topic, "k", &serde_json::json!({ "n": n }))
                 .unwrap();
         }
         assert_eq!(consume_and_ack(bus.as_ref(), &topic, "w", 2), [0, 1]);
     }
-    let bus = bus::connect_consumers(&url).unwrap();
+    let bus = bus::connect_consumers(url).unwrap();
     assert_eq!(consume_and_ack(bus.as_ref(), &topic, "w", 2), [2, 3]);
     assert!(bus.delete_consumer(&topic, "w").unwrap());
 }
 
-/// TEMPORARY (issue #28): NATS and Kafka open through `connect_consumers`
-/// but refuse consumer calls until branches consumers-nats and
-/// consumers-kafka are merged and wired in src/consumers.rs. This test
-/// then FAILS on purpose: replace it with one that consumes on them.
-#[cfg(any(feature = "nats", feature = "kafka"))]
+#[cfg(feature = "postgres")]
 #[test]
-fn nats_and_kafka_consumers_are_not_wired_yet() {
-    let mut urls = Vec::new();
-    #[cfg(feature = "nats")]
-    urls.extend(broker(
+fn postgres_url_consumes_and_resumes() {
+    if let Some(url) = broker(
+        bus_conformance::brokers::postgres_url(),
+        "postgres_url_consumes_and_resumes",
+    ) {
+        url_consumes_and_resumes(&url);
+    }
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn nats_url_consumes_and_resumes() {
+    if let Some(url) = broker(
         bus_conformance::brokers::nats_url(),
-        "nats_and_kafka_consumers_are_not_wired_yet (nats)",
-    ));
-    #[cfg(feature = "kafka")]
-    urls.extend(
-        broker(
-            bus_conformance::brokers::kafka_brokers(),
-            "nats_and_kafka_consumers_are_not_wired_yet (kafka)",
-        )
-        .map(|brokers| format!("kafka://{brokers}")),
-    );
-    for url in urls {
-        let bus = bus::connect_consumers(&url).unwrap();
-        let refused = bus.consumers("any-topic");
-        assert!(
-            matches!(refused, Err(BusError::Unsupported { ref operation, .. }) if operation.contains("not wired")),
-            "{url}: {refused:?} (wired now? replace this test with one that consumes)"
-        );
+        "nats_url_consumes_and_resumes",
+    ) {
+        url_consumes_and_resumes(&url);
+    }
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_url_consumes_and_resumes() {
+    if let Some(brokers) = broker(
+        bus_conformance::brokers::kafka_brokers(),
+        "kafka_url_consumes_and_resumes",
+    ) {
+        url_consumes_and_resumes(&format!("kafka://{brokers}"));
     }
 }
