@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cluster checks of issue 19 on a fresh machine (nats-server installed by
 # scripts/nats.sh install when missing):
-#   1. the conformance suite against a three-node NATS cluster
+#   1. the conformance suite and the durable-consumer suite (C20-C23) against a three-node NATS cluster
 #      (scripts/nats-cluster.sh, ports from BUS_NATS_CLUSTER_BASE, default
 #      24222) with every topic at replication factor 3;
 #   2. the conformance suite, the durable-consumer suite (C20-C23) and
@@ -36,7 +36,7 @@ export "$exports" BUS_REQUIRE_BROKERS=1 BUS_REPLICATION_FACTOR=3
 echo "test-clusters.sh: $exports BUS_REPLICATION_FACTOR=3" >&2
 
 t0=$(date +%s)
-cargo test -p bus-nats --test conformance "$@"
+cargo test -p bus-nats --test conformance --test consumers "$@"
 t1=$(date +%s)
 if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
   scripts/kafka-cluster.sh wipe "$kbase" >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI's Docker part (.ci/run calls it after the native suite): the conformance suite of
-# bus-nats, bus-kafka and bus-postgres (only that suite, not the whole workspace, to keep CI short)
+# bus-nats, bus-kafka and bus-postgres, and on compose their durable-consumer suite (only
+# those suites, not the whole workspace, to keep CI short)
 #   1. against `docker-compose up` of the project's own images (scripts/docker.sh), then down;
 #   2. (NATS and Kafka) with no broker URL and bus-conformance's `testcontainers` feature,
 #      which starts (and logs, and removes) its own containers of the same images;
@@ -29,7 +30,7 @@ export BUS_POSTGRES_IMAGE="${BUS_POSTGRES_IMAGE:-bus-postgres:15}"
 # testcontainers feature): reused as is, where a `-p bus-nats` build would unify features
 # differently and recompile dependencies.
 BUILD=(--workspace --all-features)
-declare -A TEST_BIN
+declare -A TEST_BIN CONSUMERS_BIN
 T_ALL="$(now_ms)"
 STEPS=()
 RESULTS=()
@@ -47,27 +48,34 @@ step() {
 # compile: build the conformance test binaries, note those of bus-nats and bus-kafka.
 compile() {
   local json
-  json="$(cargo test "${BUILD[@]}" --test conformance --no-run --message-format=json-render-diagnostics "${EXTRA[@]}")" || return 1
+  json="$(cargo test "${BUILD[@]}" --test conformance --test consumers --no-run --message-format=json-render-diagnostics "${EXTRA[@]}")" || return 1
   eval "$(printf '%s\n' "$json" | python3 -c '
 import json, os, shlex, sys
+maps = {"conformance": "TEST_BIN", "consumers": "CONSUMERS_BIN"}
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "conformance":
+    name = m.get("target", {}).get("name")
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and name in maps:
         crate = os.path.basename(os.path.dirname(m["manifest_path"]))
-        print("TEST_BIN[%s]=%s" % (shlex.quote(crate), shlex.quote(m["executable"])))
+        print("%s[%s]=%s" % (maps[name], shlex.quote(crate), shlex.quote(m["executable"])))
 ')"
-  [ -n "${TEST_BIN[bus-nats]:-}" ] && [ -n "${TEST_BIN[bus-kafka]:-}" ] && [ -n "${TEST_BIN[bus-postgres]:-}" ] \
-    || { log "no conformance binaries found"; return 1; }
+  local crate
+  for crate in bus-nats bus-kafka bus-postgres; do
+    [ -n "${TEST_BIN[$crate]:-}" ] && [ -n "${CONSUMERS_BIN[$crate]:-}" ] \
+      || { log "no conformance or consumers binary found for $crate"; return 1; }
+  done
   log "conformance binaries: ${TEST_BIN[bus-nats]} ${TEST_BIN[bus-kafka]} ${TEST_BIN[bus-postgres]}"
 }
 
 # suite RUN BACKEND [ARGS]: the conformance tests of one backend (run from its crate, as
-# cargo test does); records its passed/failed counts.
+# cargo test does); records its passed/failed counts. With SUITE=consumers, its
+# durable-consumer suite (C20-C23) instead.
 suite() {
-  local run="$1" backend="$2" out rc=0; shift 2
+  local run="$1" backend="$2" out rc=0 bin; shift 2
+  if [ "${SUITE:-conformance}" = consumers ]; then bin="${CONSUMERS_BIN[bus-$backend]}"; else bin="${TEST_BIN[bus-$backend]}"; fi
   out="$(mktemp)"
-  (cd "bus-$backend" && "${TEST_BIN[bus-$backend]}" "$@") 2>&1 | tee "$out" >&2 || rc=$?
-  RESULTS+=("$(printf '%-15s %-8s %s' "$run" "$backend" \
+  (cd "bus-$backend" && "$bin" "$@") 2>&1 | tee "$out" >&2 || rc=$?
+  RESULTS+=("$(printf '%-15s %-8s %-11s %s' "$run" "$backend" "${SUITE:-conformance}" \
     "$(grep -E '^test result:' "$out" | sed -E 's/.*: (ok|FAILED)\. ([0-9]+) passed; ([0-9]+) failed.*/\2 passed, \3 failed/' | tail -n1)")")
   rm -f "$out"
   return "$rc"
@@ -77,7 +85,7 @@ summary() {
   {
     echo "==== test-docker.sh summary (total $(( ($(now_ms) - T_ALL) / 1000 )) s)"
     printf '  %s\n' "${STEPS[@]}"
-    echo "  per backend (conformance suite only):"
+    echo "  per backend (the conformance suite; the consumer suite on compose):"
     [ "${#RESULTS[@]}" -gt 0 ] && printf '  %s\n' "${RESULTS[@]}"
   } >&2
 }
@@ -125,6 +133,9 @@ log "compose: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS BU
 step "compose: nats conformance" suite compose nats
 step "compose: kafka conformance" suite compose kafka
 step "compose: postgres conformance" suite compose postgres
+SUITE=consumers step "compose: nats consumers" suite compose nats
+SUITE=consumers step "compose: kafka consumers" suite compose kafka
+SUITE=consumers step "compose: postgres consumers" suite compose postgres
 composed=0
 step "compose down -v" scripts/docker.sh down
 
