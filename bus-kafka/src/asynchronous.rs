@@ -24,7 +24,8 @@ use bus_core::{
 use futures::StreamExt as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use crate::client::{Delivery, Reply, Ticket, map_error, timed_out};
+use crate::client::{Delivery, Reply, Ticket};
+use crate::errors::{map_error, timed_out};
 use crate::publish::{Prepared, prepare_all, to_record};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, topics};

@@ -1,15 +1,287 @@
-//! The [`EventBus`] implementation: each method checks the topic against the
-//! manifest first, then does its Kafka work on the connector.
+//! [`KafkaBus`]: the bus over a Kafka cluster (its clients, the registry of
+//! topics, the connector thread) and its [`EventBus`] implementation: each
+//! method checks the topic against the manifest first, then does its Kafka
+//! work on the connector.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
 
 use bus_core::auth::RecordAuth;
+use bus_core::backend::ConnectorExecutor;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::Producer as _;
+
+use crate::client::{Delivery, Producer};
+use crate::registry::{Entry, Registry};
+use crate::{KafkaOptions, client, dedup, reader, waker};
 use bus_core::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
     PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
     backend::check_partition, backend::uid_partition,
 };
 
-use crate::{KafkaBus, fetch, topics};
+use crate::{fetch, topics};
 use bus_core::backend::sync::lock;
+
+/// Extra time the connector waits past the bus timeout, so librdkafka's own
+/// (more precise) timeout error arrives first.
+const SLACK: Duration = Duration::from_millis(200);
+
+/// A bus over a Kafka cluster.
+pub struct KafkaBus {
+    // Dropped first: joins the connector before the clients go. Started on
+    // first use; shared with the async surface's internal handles.
+    pub(crate) executor: Arc<OnceLock<ConnectorExecutor>>,
+    pub(crate) core: Arc<Core>,
+    /// The live subscriptions' doorbells, shared with the internal handles
+    /// and not with the feeds: they end when the bus is dropped (C17).
+    pub(crate) subscriptions: Arc<bus_core::backend::SubscriptionOwner>,
+    /// The shared subscription consumer, once a subscription started it;
+    /// its subscriptions keep it too.
+    pub(crate) waker: Arc<Mutex<Option<Arc<waker::Waker>>>>,
+}
+
+impl std::fmt::Debug for KafkaBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaBus")
+            .field("options", &self.core.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything the connector's tasks share.
+pub(crate) struct Core {
+    pub(crate) options: KafkaOptions,
+    /// The producers for [`Delivery::Plain`] and [`Delivery::Uid`] records.
+    pub(crate) producers: [RwLock<Arc<Producer>>; 2],
+    pub(crate) admin: Arc<AdminClient<DefaultClientContext>>,
+    pub(crate) registry: Mutex<Registry>,
+    pub(crate) pool: reader::Pool,
+    pub(crate) partitions: Mutex<HashMap<(String, u32), Arc<dedup::PartitionState>>>,
+    pub(crate) auth: RwLock<Option<RecordAuth>>,
+    /// The broker enforces `retention.ms` within seconds.
+    pub(crate) native_retention: bool,
+    /// Brokers in the cluster at connect (0 when unknown).
+    pub(crate) brokers: usize,
+}
+
+impl KafkaBus {
+    /// Connects by URL: `kafka://h1:9092,h2:9092?timeout_ms=...` (see
+    /// [`KafkaOptions::from_url`]).
+    pub fn connect(url: &str) -> Result<Self, BusError> {
+        Self::connect_with(KafkaOptions::from_url(url)?)
+    }
+
+    /// Connects with explicit options; creates the manifest topic if missing.
+    pub fn connect_with(options: KafkaOptions) -> Result<Self, BusError> {
+        options.validate()?;
+        let executor = ConnectorExecutor::with_timeout("bus-kafka", options.timeout + SLACK)?;
+        let admin = Arc::new(client::admin(&options)?);
+        let (facts_options, facts_admin) = (options.clone(), Arc::clone(&admin));
+        let timeout = options.timeout;
+        let facts = executor.run_bounded(
+            "creating the manifest topic",
+            timeout + SLACK,
+            move || async move {
+                let deadline = Instant::now() + timeout;
+                tokio::task::spawn_blocking(move || {
+                    cluster_facts(&facts_options, &facts_admin, deadline)
+                })
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BusError::backend(
+                        "kafka",
+                        "creating the manifest topic panicked".to_owned(),
+                    ))
+                })
+            },
+        )??;
+        let bus = Self::assemble(options, admin, facts)?;
+        let _ = bus.executor.set(executor);
+        Ok(bus)
+    }
+
+    /// The bus over `admin`, once the manifest topic exists; starts no
+    /// connector.
+    pub(crate) fn assemble(
+        options: KafkaOptions,
+        admin: Arc<AdminClient<DefaultClientContext>>,
+        (native_retention, brokers): (bool, usize),
+    ) -> Result<Self, BusError> {
+        let producers = [
+            RwLock::new(Arc::new(client::producer(&options, Delivery::Plain)?)),
+            RwLock::new(Arc::new(client::producer(&options, Delivery::Uid)?)),
+        ];
+        let bus = Self {
+            executor: Arc::default(),
+            core: Arc::new(Core {
+                producers,
+                admin,
+                registry: Mutex::new(Registry::open(&options)?),
+                pool: reader::Pool::new(&options)?,
+                partitions: Mutex::new(HashMap::new()),
+                auth: RwLock::new(None),
+                native_retention,
+                brokers,
+                options,
+            }),
+            subscriptions: Arc::default(),
+            waker: Arc::default(),
+        };
+        let core = &bus.core;
+        lock(&core.registry).refresh(&core.options, &core.pool.meta(), bus.deadline())?;
+        Ok(bus)
+    }
+
+    /// Whether this bus's connector thread has been started (by
+    /// [`KafkaBus::connect`], provisioning or deleting topics through the
+    /// sync surface): a bus made by `connect_async` and used through the
+    /// async surface never starts it.
+    pub fn connector_started(&self) -> bool {
+        self.executor.get().is_some()
+    }
+
+    /// The connector, started on first use.
+    pub(crate) fn executor(&self) -> Result<&ConnectorExecutor, BusError> {
+        if let Some(executor) = self.executor.get() {
+            return Ok(executor);
+        }
+        let timeout = self.core.options.timeout + SLACK;
+        let started = ConnectorExecutor::with_timeout("bus-kafka", timeout)?;
+        // A racing caller may have started one first: this one is dropped.
+        let _ = self.executor.set(started);
+        self.executor
+            .get()
+            .ok_or_else(|| BusError::backend("kafka", "the connector did not start"))
+    }
+
+    /// The options this bus was built with.
+    pub fn options(&self) -> &KafkaOptions {
+        &self.core.options
+    }
+
+    /// Deletes bus topics (their Kafka topics and manifest entries): for
+    /// tests and tooling. Records are lost.
+    pub fn delete_topics(&self, names: &[String]) -> Result<(), BusError> {
+        let names = names.to_vec();
+        self.blocking("deleting topics", move |core, deadline| {
+            topics::delete_topics(core, &names, deadline)
+        })
+    }
+
+    /// Runs `work` on the connector's blocking pool, bounded by the bus
+    /// timeout; `work` gets the deadline it must finish by and may
+    /// `Handle::current().block_on` rdkafka futures (it is not the caller's
+    /// thread nor a runtime worker).
+    pub(crate) fn blocking<T, F>(&self, what: &str, work: F) -> Result<T, BusError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Arc<Core>, Instant) -> Result<T, BusError> + Send + 'static,
+    {
+        let core = Arc::clone(&self.core);
+        let timeout = core.options.timeout;
+        let name = what.to_owned();
+        self.executor()?
+            .run_bounded(what, timeout + SLACK, move || async move {
+                let deadline = Instant::now() + timeout;
+                tokio::task::spawn_blocking(move || work(&core, deadline))
+                    .await
+                    .unwrap_or_else(|_| Err(BusError::backend("kafka", format!("{name} panicked"))))
+            })?
+    }
+
+    /// The deadline of an operation starting now.
+    pub(crate) fn deadline(&self) -> Instant {
+        Instant::now() + self.core.options.timeout
+    }
+
+    /// The manifest entry of `topic`: from the cache, else after reading
+    /// what other buses provisioned; [`BusError::UnknownTopic`] otherwise.
+    pub(crate) fn entry(&self, topic: &str) -> Result<Entry, BusError> {
+        bus_core::backend::validate_topic(topic)?;
+        if let Some(entry) = lock(&self.core.registry).cached(topic) {
+            return Ok(entry.clone());
+        }
+        let core = &self.core;
+        let mut registry = lock(&core.registry);
+        registry.refresh(&core.options, &core.pool.meta(), self.deadline())?;
+        registry
+            .cached(topic)
+            .cloned()
+            .ok_or_else(|| BusError::UnknownTopic(topic.to_owned()))
+    }
+}
+
+/// Creates the manifest topic if missing (it must exist before its
+/// consumer is made, or that consumer caches the topic as unknown), and
+/// learns whether the brokers enforce retention promptly and how many there
+/// are. Blocks: runs on a blocking-pool thread.
+pub(crate) fn cluster_facts(
+    options: &KafkaOptions,
+    admin: &AdminClient<DefaultClientContext>,
+    deadline: Instant,
+) -> Result<(bool, usize), BusError> {
+    topics::ensure_manifest_topic(options, admin, deadline)?;
+    // Best effort: without the answer, retention is not promised.
+    let retention =
+        topics::broker_checks_retention_promptly(options, admin, deadline).unwrap_or(false);
+    let brokers = topics::broker_count(options, admin, deadline).unwrap_or(0);
+    Ok((retention, brokers))
+}
+
+impl Core {
+    pub(crate) fn producer_slot(&self, kind: Delivery) -> &RwLock<Arc<Producer>> {
+        &self.producers[usize::from(kind == Delivery::Uid)]
+    }
+
+    /// The current producer of `kind`.
+    pub(crate) fn producer(&self, kind: Delivery) -> Arc<Producer> {
+        match self.producer_slot(kind).read() {
+            Ok(guard) => Arc::clone(&guard),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Replaces the producer after librdkafka declared it fatally failed
+    /// (an idempotent producer can, e.g. after lost sequence numbers), so
+    /// the bus recovers without the caller rebuilding it.
+    pub(crate) fn heal_producer(&self, kind: Delivery, failed: &Arc<Producer>) {
+        if failed.client().fatal_error().is_none() {
+            return;
+        }
+        let mut slot = self
+            .producer_slot(kind)
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !Arc::ptr_eq(&slot, failed) {
+            return;
+        }
+        let cause = failed.client().fatal_error().map(|(_, reason)| reason);
+        match client::producer(&self.options, kind) {
+            Ok(fresh) => {
+                tracing::warn!(
+                    cause = cause.as_deref().unwrap_or(""),
+                    "kafka: the producer failed fatally; replaced by a new one"
+                );
+                *slot = Arc::new(fresh);
+            }
+            Err(error) => tracing::error!(
+                %error,
+                "kafka: the producer failed fatally and a new one could not be built"
+            ),
+        }
+    }
+
+    /// The record signer, when a control key is set.
+    pub(crate) fn auth(&self) -> Option<RecordAuth> {
+        match self.auth.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
 
 impl EventBus for KafkaBus {
     fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {

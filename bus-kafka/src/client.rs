@@ -16,6 +16,7 @@ use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{ProducerContext, ThreadedProducer};
 
 use crate::KafkaOptions;
+use crate::errors::map_error;
 
 /// The producer type of the bus: librdkafka's own thread serves delivery
 /// reports, which go straight to the waiting caller (no runtime hop).
@@ -348,61 +349,6 @@ fn stale_metadata(error: &KafkaError) -> bool {
                 | RDKafkaErrorCode::UnknownLeaderEpoch
         )
     )
-}
-
-/// The one mapping from librdkafka errors to [`BusError`] (secrets redacted).
-pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -> BusError {
-    // librdkafka refused a setting (an unknown or malformed pass-through):
-    // the caller's to fix.
-    if matches!(error, KafkaError::ClientConfig(..)) {
-        return BusError::invalid("kafka options", options.redact(format!("{what}: {error}")));
-    }
-    match error.rdkafka_error_code() {
-        Some(
-            RDKafkaErrorCode::MessageTimedOut
-            | RDKafkaErrorCode::OperationTimedOut
-            | RDKafkaErrorCode::RequestTimedOut
-            | RDKafkaErrorCode::TimedOutQueue,
-        ) => BusError::timeout(what, options.timeout),
-        // Also what a cluster answers while a broker shuts down or starts:
-        // partitions without a leader, metadata not loaded yet. Which bus
-        // topics and partitions exist is the manifest's to say, so an
-        // unknown topic or partition from the broker is an outage too.
-        Some(
-            RDKafkaErrorCode::BrokerTransportFailure
-            | RDKafkaErrorCode::AllBrokersDown
-            | RDKafkaErrorCode::NetworkException
-            | RDKafkaErrorCode::Resolve
-            | RDKafkaErrorCode::LeaderNotAvailable
-            | RDKafkaErrorCode::NotLeaderForPartition
-            | RDKafkaErrorCode::BrokerNotAvailable
-            | RDKafkaErrorCode::ReplicaNotAvailable
-            | RDKafkaErrorCode::NotEnoughReplicas
-            | RDKafkaErrorCode::NotEnoughReplicasAfterAppend
-            | RDKafkaErrorCode::KafkaStorageError
-            | RDKafkaErrorCode::FencedLeaderEpoch
-            | RDKafkaErrorCode::UnknownLeaderEpoch
-            | RDKafkaErrorCode::OffsetNotAvailable
-            | RDKafkaErrorCode::NotCoordinator
-            | RDKafkaErrorCode::CoordinatorNotAvailable
-            | RDKafkaErrorCode::CoordinatorLoadInProgress
-            | RDKafkaErrorCode::UnknownPartition
-            | RDKafkaErrorCode::UnknownTopic
-            | RDKafkaErrorCode::UnknownTopicOrPartition
-            // The producer was fenced or failed; it is replaced, so a
-            // retry goes through a fresh one.
-            | RDKafkaErrorCode::Fatal,
-        ) => BusError::unavailable_caused("kafka", options.redact(format!("{what}: {error}")), error),
-        _ => {
-            let message = options.redact(format!("{what}: {error}"));
-            BusError::backend_caused("kafka", message, error)
-        }
-    }
-}
-
-/// A [`BusError::Timeout`] for `what` after the bus timeout.
-pub(crate) fn timed_out(options: &KafkaOptions, what: &str) -> BusError {
-    BusError::timeout(what, options.timeout)
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ impl PartitionState {
         while *busy {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(crate::client::timed_out(options, "publish"));
+                return Err(crate::errors::timed_out(options, "publish"));
             }
             busy = self
                 .freed

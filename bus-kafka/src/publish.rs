@@ -10,7 +10,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
-use crate::client::{Delivery, Late, Reply, Ticket, map_error, remaining, timed_out};
+use crate::client::{Delivery, Late, Reply, Ticket, remaining};
+use crate::errors::{map_error, timed_out};
 use crate::reader::{TAG_HEADER, UID_HEADER};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};

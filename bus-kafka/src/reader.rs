@@ -15,7 +15,8 @@ use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
 
 use crate::KafkaOptions;
-use crate::client::{self, Reader, map_error, remaining};
+use crate::client::{self, Reader, remaining};
+use crate::errors::map_error;
 
 /// Header names of a bus record.
 pub(crate) const UID_HEADER: &str = "bus-uid";
@@ -265,7 +266,9 @@ impl Pool {
         while out.len() < max && next < slot.high {
             if Instant::now() >= deadline {
                 slot.next = None;
-                return Err(last_error.unwrap_or_else(|| client::timed_out(options, "fetch")));
+                return Err(
+                    last_error.unwrap_or_else(|| crate::errors::timed_out(options, "fetch"))
+                );
             }
             match slot.consumer.poll(remaining(deadline).min(STALL)) {
                 Some(Ok(message)) => {

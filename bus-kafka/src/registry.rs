@@ -17,7 +17,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use crate::KafkaOptions;
-use crate::client::{self, Reader, map_error, remaining};
+use crate::client::{self, Reader, remaining};
+use crate::errors::map_error;
 
 /// One provisioned bus topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +98,10 @@ impl Registry {
         }
         while self.next < high {
             if Instant::now() >= deadline {
-                return Err(client::timed_out(options, "reading the manifest topic"));
+                return Err(crate::errors::timed_out(
+                    options,
+                    "reading the manifest topic",
+                ));
             }
             let Some(polled) = self
                 .consumer

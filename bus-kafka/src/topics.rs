@@ -9,7 +9,8 @@ use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::producer::BaseRecord;
 use rdkafka::util::Timeout;
 
-use crate::client::{self, kafka_topic_name, list_topics, map_error, remaining, topic_ready};
+use crate::client::{kafka_topic_name, list_topics, remaining, topic_ready};
+use crate::errors::map_error;
 use crate::registry::Entry;
 use crate::{Core, KafkaOptions};
 use bus_core::backend::sync::lock;
@@ -314,7 +315,7 @@ fn wait_ready(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(client::timed_out(
+            return Err(crate::errors::timed_out(
                 options,
                 &format!("waiting for topic {topic:?} to appear in metadata"),
             ));
@@ -343,6 +344,11 @@ fn write_entry(
     });
     outcome
         .pop()
-        .unwrap_or_else(|| Err(client::timed_out(&core.options, "recording the manifest")))
+        .unwrap_or_else(|| {
+            Err(crate::errors::timed_out(
+                &core.options,
+                "recording the manifest",
+            ))
+        })
         .map(drop)
 }

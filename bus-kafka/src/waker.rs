@@ -39,7 +39,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
-use crate::client::map_error;
+use crate::errors::map_error;
 use crate::{Core, KafkaOptions, fetch, reader};
 
 /// Records kept per watched partition: a subscription further behind than

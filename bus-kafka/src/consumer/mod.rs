@@ -75,7 +75,8 @@ use rdkafka::message::Message as _;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::KafkaBus;
-use crate::client::{self, map_error, remaining};
+use crate::client::{self, remaining};
+use crate::errors::map_error;
 
 /// How long an owner keeps a consumer past its last cursor write when it
 /// stops renewing (a dead process): the wait a `Fail`/`Wait` opener sees
@@ -197,7 +198,10 @@ impl KafkaCursorStore {
         let mut at_end = false;
         loop {
             if Instant::now() >= deadline {
-                return Err(client::timed_out(options, "reading the cursor topic"));
+                return Err(crate::errors::timed_out(
+                    options,
+                    "reading the cursor topic",
+                ));
             }
             if at_end && (!settled || self.passed_high_watermark(&reader, deadline)?) {
                 return Ok(out);

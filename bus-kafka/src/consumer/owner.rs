@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{KafkaCursorStore, LEASE, RENEW, TXN_TIMEOUT};
 use crate::KafkaOptions;
-use crate::client::{self, map_error};
+use crate::client;
+use crate::errors::map_error;
 
 /// One consumer's record in the cursor topic.
 #[derive(Debug, Clone, Serialize, Deserialize)]
