@@ -6,7 +6,7 @@
 //! lost, UIDs still deduplicate, and the subscription resumes with no gap
 //! and no duplicate.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! that trusts another CA is refused; a wrong password is refused; neither
 //! error nor `Debug` shows the password.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
