@@ -78,6 +78,29 @@ pub(crate) struct KafkaFeed {
 }
 
 impl KafkaFeed {
+    /// A fetch from the broker (through the bus's reader pool), bounded by
+    /// the bus timeout: records from `from` on, up to the first forged one.
+    fn read_direct(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        let core = &self.core;
+        let auth = core.auth();
+        let topic = &self.topic;
+        let decoded = core.pool.read(
+            &core.options,
+            &self.kafka_topic,
+            kafka_partition(partition),
+            from,
+            max,
+            Instant::now() + core.options.timeout,
+            |message| fetch::decode_one(topic, partition, message, auth.as_ref()),
+        )?;
+        fetch::authentic_prefix(decoded)
+    }
+
     /// The records the waker kept, up to the first that failed its checks;
     /// that one is the error when it comes first.
     fn kept(&self, partition: u32, kept: Vec<Kept>) -> Result<Vec<StoredEvent>, BusError> {
@@ -120,19 +143,24 @@ impl Feed for KafkaFeed {
             // The waker rings when the next record arrives.
             return Ok(Vec::new());
         }
-        let core = &self.core;
-        let auth = core.auth();
-        let topic = &self.topic;
-        let decoded = core.pool.read(
-            &core.options,
-            &self.kafka_topic,
-            kafka_partition(partition),
-            from,
-            max,
-            Instant::now() + core.options.timeout,
-            |message| fetch::decode_one(topic, partition, message, auth.as_ref()),
-        )?;
-        fetch::authentic_prefix(decoded)
+        self.read_direct(partition, from, max)
+    }
+
+    /// The waker's buffer when it holds `from`, else a fetch from the
+    /// broker: the waker can trail the high watermark [`Feed::head`] read,
+    /// and its "nothing yet" would cut a key catch-up short (C18).
+    fn read_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        if let Lookup::Records(kept) = self.waker.lookup(&self.kafka_topic, partition, from, max)
+            && !kept.is_empty()
+        {
+            return self.kept(partition, kept);
+        }
+        self.read_direct(partition, from, max)
     }
 
     fn head(&mut self, partition: u32) -> Result<u64, BusError> {

@@ -529,12 +529,17 @@ async fn receive(
     Ok(true)
 }
 
-impl Feed for NatsFeed {
-    fn read(
+impl NatsFeed {
+    /// Records of `partition` from `from` on: the push buffer's when it
+    /// holds them, else a fetch from the stream. With `trust_end`, an offset
+    /// past the end the push has shown reads as nothing yet (the bell rings
+    /// when the push brings more) instead of a fetch.
+    fn read_from(
         &mut self,
         partition: u32,
         from: u64,
         max: usize,
+        trust_end: bool,
     ) -> Result<Vec<StoredEvent>, BusError> {
         let inner = &*self.inner;
         let part = inner.part(partition)?;
@@ -563,7 +568,7 @@ impl Feed for NatsFeed {
                 Some(front) => usize::try_from(front.sequence - wanted)
                     .unwrap_or(usize::MAX)
                     .min(max),
-                None if !live.stale && wanted > live.end => {
+                None if trust_end && !live.stale && wanted > live.end => {
                     tracing::trace!(
                         partition,
                         wanted,
@@ -595,6 +600,30 @@ impl Feed for NatsFeed {
             }
         }
         fetch::decode_all(name, partition, auth.as_ref(), &messages)
+    }
+}
+
+impl Feed for NatsFeed {
+    fn read(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        self.read_from(partition, from, max, true)
+    }
+
+    /// Fetches from the stream when the push buffer has nothing at `from`,
+    /// even past the end the push has shown: the push can trail the head
+    /// [`Feed::head`] read, and its "nothing yet" would cut a key catch-up
+    /// short (C18).
+    fn read_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        self.read_from(partition, from, max, false)
     }
 
     fn head(&mut self, partition: u32) -> Result<u64, BusError> {

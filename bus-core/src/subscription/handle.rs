@@ -20,6 +20,21 @@ pub trait Feed: Send {
     /// The offset the next record of `partition` will get, counting only
     /// acked (visible) records. Asked only by subscriptions with `max_lag`.
     fn head(&mut self, partition: u32) -> Result<u64, BusError>;
+
+    /// [`Feed::read`] of offsets the caller knows exist: below a head
+    /// [`Feed::head`] just gave. A feed whose `read` answers empty at the
+    /// end of what it has buffered so far (a live tail fed by a consumer
+    /// that can trail the broker) must read through to the store here, so
+    /// a catch-up to that head sees every record below it whenever it runs
+    /// (C18). The default is `read`.
+    fn read_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        self.read(partition, from, max)
+    }
 }
 
 /// Records read per partition per refill.
@@ -368,7 +383,7 @@ impl Subscription {
         let (mut seen, mut expired) = (0u64, 0u64);
         let mut from = start;
         while from < head {
-            let Ok(events) = self.feed.read(partition, from, PAGE) else {
+            let Ok(events) = self.feed.read_below_head(partition, from, PAGE) else {
                 break;
             };
             let Some(last) = events.last().map(|event| event.offset) else {
