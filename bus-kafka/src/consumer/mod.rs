@@ -522,6 +522,25 @@ impl CursorStore for KafkaCursorStore {
                 return Err(self.fence_reason(topic, name, token, &why));
             }
             Err(WriteError::Fenced { why, .. }) => why,
+            // A commit racing a new owner's `init_transactions` can fail as
+            // abortable before any record shows the new owner (Kafka 4
+            // answers TRANSACTION_ABORTABLE, which this librdkafka reports
+            // as an unknown broker error): the cursor record still names
+            // this instance, yet its epoch is stale. Write once more (a
+            // whole-state replace, harmless to repeat): a producer whose
+            // epoch was bumped is refused, and that is `Fenced` (C23).
+            Err(WriteError::Other(error @ BusError::BackendFailure { .. })) => {
+                return match shared.write(state) {
+                    Ok(()) => Ok(()),
+                    Err(WriteError::Fenced { why, .. }) => {
+                        shared.fenced.store(true, Ordering::SeqCst);
+                        Err(self.fence_reason(topic, name, token, &why))
+                    }
+                    Err(WriteError::Other(_)) => {
+                        Err(self.unless_fenced(topic, name, token, shared, error))
+                    }
+                };
+            }
             Err(WriteError::Other(error)) => {
                 return Err(self.unless_fenced(topic, name, token, shared, error));
             }
