@@ -118,15 +118,25 @@ fn consumer_child_process() {
     let options = ConsumeOptions::default()
         .dead_letter(DLQ)
         .owner(OwnerPolicy::TakeOver);
-    let mut consumer = bus
-        .consume(
+    // A fresh client can meet the broker's metadata still settling (an
+    // `Unavailable` "unknown partition" right after a kill): what a careful
+    // user does, retry a transient error until a deadline.
+    let opened = Instant::now();
+    let mut consumer = loop {
+        match bus.consume(
             TOPIC,
             "worker",
             Selector::Topic,
             StartAt::Beginning,
-            options,
-        )
-        .unwrap();
+            options.clone(),
+        ) {
+            Ok(consumer) => break consumer,
+            Err(error) if error.is_transient() && opened.elapsed() < Duration::from_secs(60) => {
+                eprintln!("consume: {error} (transient, retrying)");
+            }
+            Err(error) => panic!("consume: {error}"),
+        }
+    };
     let out = std::io::stdout();
     let say = |line: String| {
         let mut out = out.lock();
@@ -181,7 +191,13 @@ fn spawn(brokers: &str, manifest: &str, mode: &str, round: usize) -> Child {
         .env("BUS_CONSUMER_ROUND", round.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        // The draining child is not killed: why it failed, if it does,
+        // belongs in the test's output.
+        .stderr(if mode == "drain" {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .unwrap()
 }

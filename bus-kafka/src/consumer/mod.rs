@@ -356,6 +356,16 @@ impl KafkaCursorStore {
             Ok(()) => {}
             // Another opener initialised the same id after us.
             Err(WriteError::Fenced { .. }) => return Ok(None),
+            // Racing another opener's `init_transactions`, the commit can
+            // fail as abortable (see `store`): once more, and a stale
+            // epoch's refusal means that opener won.
+            Err(WriteError::Other(BusError::BackendFailure { .. })) => {
+                match shared.write(state.clone()) {
+                    Ok(()) => {}
+                    Err(WriteError::Fenced { .. }) => return Ok(None),
+                    Err(WriteError::Other(error)) => return Err(error),
+                }
+            }
             Err(WriteError::Other(error)) => return Err(error),
         }
         let renewing = Arc::clone(&shared);
