@@ -4,6 +4,7 @@
 //! more records. A key subscription's catch-up to that head must still see
 //! every record below it, so the skip it reports does not depend on when
 //! the read happens.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 

@@ -30,4 +30,6 @@ pub use options::{DEFAULT_MANIFEST_TOPIC, KafkaOptions, SaslMechanism};
 
 // The bus's shared state and its cluster probe, named from the crate root
 // by the modules that work on them.
-use bus::{Core, cluster_facts};
+use bus::Core;
+#[cfg(feature = "async")]
+use bus::cluster_facts;
