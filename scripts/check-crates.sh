@@ -57,6 +57,18 @@ RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --workspace --all-features
 # full debug info; the workspace's dev profile, given here, lets them reuse
 # what scripts/test.sh built. --allow-dirty: a local run with edits works.
 step "cargo package --workspace --exclude bus-bench --exclude bus-testfs"
+# The verification builds take each packaged member from a local registry
+# that cargo unpacks under $CARGO_HOME/registry/src/-<hash of its path>/ and
+# never unpacks again while that folder exists: a second run from the same
+# checkout path (CI's, every landing) compiled the previous run's bus-core
+# and failed on a trait method added since (E0407, CI of fd868c3). Remove
+# the unpacked copies of this workspace's own crates first.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+cargo metadata -q --no-deps --format-version 1 \
+  | jq -r '.packages[] | "\(.name)-\(.version)"' \
+  | while read -r unpacked; do
+      rm -rf "$cargo_home"/registry/src/-*/"$unpacked"
+    done
 cargo package --workspace --exclude bus-bench --exclude bus-testfs --allow-dirty \
   --config 'profile.dev.debug="line-tables-only"' \
   --config 'profile.dev.package."*".opt-level=1' \
