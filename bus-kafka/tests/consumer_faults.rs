@@ -1,7 +1,9 @@
 //! Durable consumers on Kafka under faults (C21–C23), against the broker
-//! of `BUS_KAFKA_BROKERS`; each test owns its manifest topic (so its
-//! topics and cursor topic are its own) and deletes them at the end.
-//!
+//! of `BUS_KAFKA_BROKERS`; each test owns its manifest topic and its
+//! topics (named after the manifest's id: bus topic names are Kafka topic
+//! names, whatever the manifest) and deletes them at the end. The tests
+//! run in parallel (as `cargo test` runs them in CI); a child's stderr is
+//! kept in a file per round, shown when a round fails.
 //! - kill -9: a child process (this test binary re-invoked) publishes from
 //!   a producer thread while a durable consumer in the same process
 //!   handles each record (prints `H`), then acknowledges it (prints `A`
@@ -22,6 +24,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -31,8 +34,19 @@ use bus_core::consumer::{ConsumeOptions, DurableConsumers, OwnerPolicy};
 use bus_core::{BusError, EventBus, EventBusExt, Manifest, Selector, StartAt, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions};
 
-const TOPIC: &str = "jobs";
-const DLQ: &str = "jobs-dead";
+/// The consumed topic and its dead-letter topic of test namespace `id`.
+/// Bus topic names are not scoped by the manifest (topic "jobs" is the
+/// Kafka topic "jobs" whatever the manifest), so each test names its own:
+/// with shared names, the first test to finish deleted the topics the
+/// others still consumed, and their `consume` failed with "unknown
+/// partition" until their deadlines (the stalls of #28).
+fn topic_of(id: &str) -> String {
+    format!("jobs-{id}")
+}
+
+fn dlq_of(id: &str) -> String {
+    format!("jobs-{id}-dead")
+}
 const PARTITIONS: u32 = 2;
 const ROUNDS: usize = 50;
 const PER_ROUND: u64 = 20;
@@ -70,6 +84,10 @@ fn options(brokers: &str, manifest: &str) -> KafkaOptions {
 struct Cleanup {
     brokers: String,
     manifest: String,
+    /// The namespace id, which names the test's topics.
+    id: String,
+    topic: String,
+    dlq: String,
 }
 
 impl Drop for Cleanup {
@@ -83,7 +101,21 @@ impl Drop for Cleanup {
     }
 }
 
+/// `RUST_LOG=bus_kafka=debug` shows the store's retries (in a child's
+/// log file, or in the test's output).
+/// Without `RUST_LOG`, nothing (the expected fencing errors of the race
+/// test would flood the output: this writer is not captured by libtest).
+fn init_tracing() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 fn setup(test: &str) -> Option<(KafkaBus, Cleanup)> {
+    init_tracing();
     let brokers = match common::brokers() {
         Ok(brokers) => brokers,
         Err(why) => {
@@ -91,14 +123,25 @@ fn setup(test: &str) -> Option<(KafkaBus, Cleanup)> {
             return None;
         }
     };
-    let manifest = format!("bus-test-cfault-{}", bus_conformance::namespace_id(12));
+    let id = bus_conformance::namespace_id(12);
+    let manifest = format!("bus-test-cfault-{id}");
+    let (topic, dlq) = (topic_of(&id), dlq_of(&id));
     let bus = KafkaBus::connect_with(options(&brokers, &manifest)).unwrap();
     bus.provision(&Manifest::new([
-        TopicSpec::new(TOPIC, PARTITIONS),
-        TopicSpec::new(DLQ, 1),
+        TopicSpec::new(&topic, PARTITIONS),
+        TopicSpec::new(&dlq, 1),
     ]))
     .unwrap();
-    Some((bus, Cleanup { brokers, manifest }))
+    Some((
+        bus,
+        Cleanup {
+            brokers,
+            manifest,
+            id,
+            topic,
+            dlq,
+        },
+    ))
 }
 
 /// The child's body; a no-op unless the parent set `BUS_CONSUMER_CHILD`.
@@ -107,8 +150,11 @@ fn consumer_child_process() {
     let Ok(mode) = std::env::var("BUS_CONSUMER_CHILD") else {
         return;
     };
+    init_tracing();
     let brokers = std::env::var("BUS_CONSUMER_BROKERS").unwrap();
     let manifest = std::env::var("BUS_CONSUMER_MANIFEST").unwrap();
+    let id = std::env::var("BUS_CONSUMER_ID").unwrap();
+    let (topic, dlq) = (topic_of(&id), dlq_of(&id));
     let round: u64 = std::env::var("BUS_CONSUMER_ROUND")
         .unwrap()
         .parse()
@@ -116,15 +162,16 @@ fn consumer_child_process() {
     let bus = KafkaBus::connect_with(options(&brokers, &manifest)).unwrap();
     let producer = (mode == "consume").then_some(round);
     let options = ConsumeOptions::default()
-        .dead_letter(DLQ)
+        .dead_letter(dlq.as_str())
         .owner(OwnerPolicy::TakeOver);
     // A fresh client can meet the broker's metadata still settling (an
     // `Unavailable` "unknown partition" right after a kill): what a careful
     // user does, retry a transient error until a deadline.
     let opened = Instant::now();
+    eprintln!("child {mode} round {round}: connected");
     let mut consumer = loop {
         match bus.consume(
-            TOPIC,
+            &topic,
             "worker",
             Selector::Topic,
             StartAt::Beginning,
@@ -137,6 +184,10 @@ fn consumer_child_process() {
             Err(error) => panic!("consume: {error}"),
         }
     };
+    eprintln!(
+        "child {mode} round {round}: consuming after {:.2} s",
+        opened.elapsed().as_secs_f64()
+    );
     let out = std::io::stdout();
     let say = |line: String| {
         let mut out = out.lock();
@@ -145,12 +196,12 @@ fn consumer_child_process() {
     };
     std::thread::scope(|scope| {
         if let Some(round) = producer {
-            let bus = &bus;
+            let (bus, topic) = (&bus, &topic);
             scope.spawn(move || {
                 for n in 0..PER_ROUND {
                     let i = round * PER_ROUND + n;
                     let value = serde_json::json!({"i": i, "poison": is_poison(i)});
-                    bus.publish_idempotent(TOPIC, &format!("k{i}"), &value, &format!("r{i}"))
+                    bus.publish_idempotent(topic, &format!("k{i}"), &value, &format!("r{i}"))
                         .unwrap();
                 }
             });
@@ -177,7 +228,14 @@ fn consumer_child_process() {
     });
 }
 
-fn spawn(brokers: &str, manifest: &str, mode: &str, round: usize) -> Child {
+/// Starts a child; its stderr goes to `log` (one file per round, so the
+/// error a child kept retrying, or where it spent its time, can be read
+/// after the kill) or, without one, to the test's own stderr.
+fn spawn(test: &Cleanup, mode: &str, round: usize, log: Option<&Path>) -> Child {
+    let stderr = match log {
+        Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+        None => Stdio::inherit(),
+    };
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -186,18 +244,13 @@ fn spawn(brokers: &str, manifest: &str, mode: &str, round: usize) -> Child {
             "--test-threads=1",
         ])
         .env("BUS_CONSUMER_CHILD", mode)
-        .env("BUS_CONSUMER_BROKERS", brokers)
-        .env("BUS_CONSUMER_MANIFEST", manifest)
+        .env("BUS_CONSUMER_BROKERS", &test.brokers)
+        .env("BUS_CONSUMER_MANIFEST", &test.manifest)
+        .env("BUS_CONSUMER_ID", &test.id)
         .env("BUS_CONSUMER_ROUND", round.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        // The draining child is not killed: why it failed, if it does,
-        // belongs in the test's output.
-        .stderr(if mode == "drain" {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        })
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }
@@ -261,21 +314,20 @@ impl Figures {
 }
 
 #[test]
-#[ignore = "open defect (#28): in the CI rehearsal of 2026-12-06 every child after a kill stayed \
-            silent for the whole 60 s first-line wait (50 rounds would take 50 min); on an idle \
-            broker it passes in 2-8 min. Run by hand: cargo test -p bus-kafka --test \
-            consumer_faults -- --ignored"]
 fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
     let Some((bus, cleanup)) = setup("kill_nine_mid_consume") else {
         return;
     };
-    let (brokers, manifest) = (cleanup.brokers.clone(), cleanup.manifest.clone());
     let mut rng = Rng::new();
     let mut figures = Figures::default();
+    let logs = tempfile::tempdir().unwrap();
     let started = Instant::now();
+    let mut first_lines = Vec::new();
     for round in 0..ROUNDS {
         let target = 1 + rng.below(30) as usize;
-        let mut child = spawn(&brokers, &manifest, "consume", round);
+        let log = logs.path().join(format!("child-{round}.log"));
+        let spawned = Instant::now();
+        let mut child = spawn(&cleanup, "consume", round, Some(&log));
         let receive = lines(&mut child);
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut got = 0;
@@ -290,6 +342,9 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
             };
             match receive.recv_timeout(wait) {
                 Ok(line) => {
+                    if got == 0 {
+                        first_lines.push(spawned.elapsed());
+                    }
                     figures.take(&line);
                     got += 1;
                 }
@@ -301,8 +356,26 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
         for line in receive.iter() {
             figures.take(&line);
         }
+        // A take-over after a kill -9 is bounded (the bus timeout for
+        // `init_transactions`, plus the settled read's wait: 45 s by
+        // default); a child silent past the first-line wait is a stall,
+        // a defect, reported at once with its log rather than repeated
+        // round after round.
+        assert!(
+            got > 0,
+            "round {round}: the child said nothing in {:.1} s; its stderr:\n{}",
+            spawned.elapsed().as_secs_f64(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
     }
-    let mut child = spawn(&brokers, &manifest, "drain", ROUNDS);
+    first_lines.sort();
+    eprintln!(
+        "kafka consumer kill -9: first line after spawn: median {:?}, max {:?}, {} of {ROUNDS} rounds",
+        first_lines.get(first_lines.len() / 2),
+        first_lines.last(),
+        first_lines.len()
+    );
+    let mut child = spawn(&cleanup, "drain", ROUNDS, None);
     let receive = lines(&mut child);
     for line in receive.iter() {
         if line == "DONE" {
@@ -315,14 +388,14 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
     let mut all = BTreeSet::new();
     let mut poisoned = BTreeSet::new();
     for p in 0..PARTITIONS {
-        for event in bus.fetch_all(TOPIC, p, 0, 4096).unwrap() {
+        for event in bus.fetch_all(&cleanup.topic, p, 0, 4096).unwrap() {
             all.insert((p, event.offset));
             if event.value["poison"] == true {
                 poisoned.insert((p, event.offset));
             }
         }
     }
-    let letters = bus.fetch_all(DLQ, 0, 0, 4096).unwrap();
+    let letters = bus.fetch_all(&cleanup.dlq, 0, 0, 4096).unwrap();
     let dead: Vec<(u32, u64)> = letters
         .iter()
         .map(|l| {
@@ -358,7 +431,7 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
         dead_set, poisoned,
         "the dead-letter topic holds exactly the poisoned records"
     );
-    let info = bus.consumers(TOPIC).unwrap();
+    let info = bus.consumers(&cleanup.topic).unwrap();
     assert!(
         info[0].partitions.iter().all(|p| p.lag_records == 0),
         "{info:?}"
@@ -372,11 +445,14 @@ fn a_dead_owner_keeps_the_consumer_only_for_its_lease() {
     let Some((bus, cleanup)) = setup("a_dead_owner_keeps_the_consumer_only_for_its_lease") else {
         return;
     };
-    let (brokers, manifest) = (cleanup.brokers.clone(), cleanup.manifest.clone());
-    bus.publish(TOPIC, "k", &serde_json::json!({"i": 0, "poison": false}))
-        .unwrap();
+    bus.publish(
+        &cleanup.topic,
+        "k",
+        &serde_json::json!({"i": 0, "poison": false}),
+    )
+    .unwrap();
     // The child owns "worker" once it printed its first line.
-    let mut child = spawn(&brokers, &manifest, "consume", 1000);
+    let mut child = spawn(&cleanup, "consume", 1000, None);
     let receive = lines(&mut child);
     receive.recv_timeout(Duration::from_secs(60)).unwrap();
     child.kill().unwrap();
@@ -384,7 +460,7 @@ fn a_dead_owner_keeps_the_consumer_only_for_its_lease() {
     let killed = Instant::now();
     let open = |policy| {
         bus.consume(
-            TOPIC,
+            &cleanup.topic,
             "worker",
             Selector::Topic,
             StartAt::Beginning,
@@ -409,18 +485,18 @@ type AckedBy = BTreeMap<(u32, u64), Vec<usize>>;
 /// Two instances (two buses, as two processes would be) take one consumer
 /// over from each other while both consume and acknowledge.
 #[test]
-#[ignore = "open defect (#28): in the CI rehearsal of 2026-12-06 and once here, consume on Kafka \
-            kept failing with Unavailable (reading watermarks: unknown partition) until the \
-            test's deadline; passed 8 of 8 earlier the same morning. Run by hand: cargo test -p \
-            bus-kafka --test consumer_faults -- --ignored"]
 fn two_instances_taking_over_never_both_ack_a_record() {
     let Some((bus, cleanup)) = setup("two_instances_taking_over") else {
         return;
     };
     const RECORDS: u64 = 150;
     for i in 0..RECORDS {
-        bus.publish(TOPIC, &format!("k{i}"), &serde_json::json!({"i": i}))
-            .unwrap();
+        bus.publish(
+            &cleanup.topic,
+            &format!("k{i}"),
+            &serde_json::json!({"i": i}),
+        )
+        .unwrap();
     }
     let acked: Arc<Mutex<AckedBy>> = Arc::default();
     let refusals = Arc::new(Mutex::new(0u64));
@@ -430,6 +506,7 @@ fn two_instances_taking_over_never_both_ack_a_record() {
         for who in 0..2usize {
             let (acked, refusals, takeovers) = (&acked, &refusals, &takeovers);
             let options = options(&cleanup.brokers, &cleanup.manifest);
+            let topic = cleanup.topic.as_str();
             scope.spawn(move || {
                 let bus = KafkaBus::connect_with(options).unwrap();
                 // Opening can lose the race too: the other instance may
@@ -437,7 +514,7 @@ fn two_instances_taking_over_never_both_ack_a_record() {
                 // cursor write (a refusal, then another try).
                 let take = || loop {
                     match bus.consume(
-                        TOPIC,
+                        topic,
                         "racer",
                         Selector::Topic,
                         StartAt::Beginning,

@@ -68,7 +68,10 @@ impl TxnWriter {
             .set(
                 "transaction.timeout.ms",
                 TXN_TIMEOUT.as_millis().to_string(),
-            );
+            )
+            // One record per transaction, waited for before the commit:
+            // nothing can join a batch, so lingering only delays the ack.
+            .set("linger.ms", "0");
         let producer: BaseProducer = config
             .create()
             .map_err(|error| map_error(&options, "creating the cursor producer", error))?;
