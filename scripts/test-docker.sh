@@ -134,6 +134,7 @@ step "compose: nats conformance" suite compose nats
 step "compose: kafka conformance" suite compose kafka
 step "compose: postgres conformance" suite compose postgres
 SUITE=consumers step "compose: nats consumers" suite compose nats
+SUITE=consumers step "compose: kafka consumers" suite compose kafka
 SUITE=consumers step "compose: postgres consumers" suite compose postgres
 composed=0
 step "compose down -v" scripts/docker.sh down
