@@ -47,7 +47,11 @@ fn main() {
     let options =
         KafkaOptions::new(brokers.split(',').map(str::to_owned)).manifest_topic(manifest.clone());
     let bus = KafkaBus::connect_with(options).unwrap();
-    let topic = "jobs";
+    // A topic name of this run's own: a bus topic is the Kafka topic of the
+    // same name whatever the manifest, so a fixed name would be shared with
+    // (and deleted under) any other run on the broker.
+    let topic = format!("bench-jobs-{}", uuid::Uuid::new_v4().simple());
+    let topic = topic.as_str();
     bus.provision(&Manifest::new([TopicSpec::new(topic, 1)]))
         .unwrap();
     let batch: Vec<bus_core::BatchRecord> = (0..records)
