@@ -1,6 +1,7 @@
 //! Durable consumers on NATS under faults (C21–C23):
 //! - kill -9 of a consumer process at random moments over 50 rounds while
-//!   it publishes (this test binary re-invoked as the child, as
+//!   it publishes (this test binary re-invoked as the child, on the shared
+//!   harness `bus_conformance::consumers::crash`, as
 //!   bus-embedded/tests/consumer_crash.rs does): every record handled at
 //!   least once, none handled again after its durable ack, the dead-letter
 //!   topic exactly the poisoned records once each;
@@ -21,59 +22,29 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bus_conformance::consumers::crash::{self, Figures, Plan, Rng, Run};
 use bus_conformance::outage::{Stop, stop};
 use bus_conformance::util::poll_until;
 use bus_core::consumer::{ConsumeOptions, DurableConsumers, OwnerPolicy};
-use bus_core::{BusError, EventBus, EventBusExt, Manifest, Selector, StartAt, TopicSpec};
+use bus_core::{BusError, EventBus, Manifest, Selector, StartAt, TopicSpec};
 use bus_nats::{NatsBus, NatsOptions};
 use common::{Server, free_port, server_binary_or_skip, start};
 use serde_json::json;
 
-const TOPIC: &str = "jobs";
-const DLQ: &str = "jobs-dead";
-const PARTITIONS: u32 = 2;
-const ROUNDS: usize = 50;
-const PER_ROUND: u64 = 20;
+/// The kill -9 test's plan: a drain waits a second for stragglers (a
+/// network hop, unlike the embedded log).
+const PLAN: Plan = Plan {
+    drain_idle: Duration::from_millis(1000),
+    ..Plan::new("nats")
+};
+const TOPIC: &str = PLAN.topic;
+const PARTITIONS: u32 = PLAN.partitions;
 const WAIT: Duration = Duration::from_secs(60);
-
-fn is_poison(i: u64) -> bool {
-    i % 7 == 3
-}
-
-/// A tiny xorshift, seeded from the clock (or `BUS_TEST_SEED`), printed
-/// so a failing run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Self {
-        let seed = std::env::var("BUS_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos();
-                (nanos as u64) | 1
-            });
-        eprintln!("BUS_TEST_SEED={seed}");
-        Self(seed)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
 
 fn connect_prefix(prefix: &str) -> Option<NatsBus> {
     let url = std::env::var("BUS_NATS_URL").ok()?;
@@ -84,149 +55,15 @@ fn connect_prefix(prefix: &str) -> Option<NatsBus> {
 /// The child's body; a no-op unless the parent set `BUS_CONSUMER_CHILD`.
 #[test]
 fn consumer_child_process() {
-    let Ok(mode) = std::env::var("BUS_CONSUMER_CHILD") else {
+    let Some(role) = crash::role().unwrap() else {
         return;
     };
-    let prefix = std::env::var("BUS_CONSUMER_PREFIX").unwrap();
-    let round: u64 = std::env::var("BUS_CONSUMER_ROUND")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let bus = connect_prefix(&prefix).unwrap();
-    let producer = (mode == "consume").then_some(round);
+    let bus = connect_prefix(&crash::var("BUS_CONSUMER_PREFIX").unwrap()).unwrap();
     // Wait: the killed child's connection is gone once the server has
     // noticed it (at once for a killed process, whose socket the kernel
-    // closes); waiting a little covers the moment in between.
-    let options = ConsumeOptions::default()
-        .dead_letter(DLQ)
-        .owner(OwnerPolicy::Wait(Duration::from_secs(10)));
-    let mut consumer = bus
-        .consume(
-            TOPIC,
-            "worker",
-            Selector::Topic,
-            StartAt::Beginning,
-            options,
-        )
-        .unwrap();
-    let out = std::io::stdout();
-    let say = |line: String| {
-        let mut out = out.lock();
-        // libtest's "test consumer_child_process ... " shares the first line.
-        writeln!(out, "@@{line}").unwrap();
-        out.flush().unwrap();
-    };
-    std::thread::scope(|scope| {
-        if let Some(round) = producer {
-            let bus = &bus;
-            scope.spawn(move || {
-                for n in 0..PER_ROUND {
-                    let i = round * PER_ROUND + n;
-                    let value = json!({"i": i, "poison": is_poison(i)});
-                    bus.publish_idempotent(TOPIC, &format!("k{i}"), &value, &format!("r{i}"))
-                        .unwrap();
-                }
-            });
-        }
-        loop {
-            let timeout = Duration::from_millis(if mode == "drain" { 1000 } else { 200 });
-            let Some(delivery) = consumer.recv_timeout(timeout).unwrap() else {
-                if mode == "drain" {
-                    say("DONE".to_owned());
-                    return;
-                }
-                continue;
-            };
-            let (p, o) = (delivery.partition, delivery.offset);
-            say(format!("H {p} {o}"));
-            if delivery.event.value["poison"] == true {
-                consumer.nack(&delivery, "poisoned on purpose").unwrap();
-                say(format!("D {p} {o}"));
-            } else {
-                consumer.ack(&delivery).unwrap();
-                say(format!("A {p} {o}"));
-            }
-        }
-    });
-}
-
-fn spawn(prefix: &str, mode: &str, round: usize) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "consumer_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("BUS_CONSUMER_CHILD", mode)
-        .env("BUS_CONSUMER_PREFIX", prefix)
-        .env("BUS_CONSUMER_ROUND", round.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Complete protocol lines of the child's stdout; a line cut by the kill
-/// is dropped.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().unwrap();
-    let (send, receive) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        loop {
-            let mut line = String::new();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) if !line.ends_with('\n') => return,
-                Ok(_) => {
-                    let Some(at) = line.find("@@") else {
-                        continue;
-                    };
-                    if send.send(line[at + 2..].trim_end().to_owned()).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    receive
-}
-
-/// What was handled and acknowledged, by (partition, offset).
-#[derive(Default)]
-struct Figures {
-    handled: BTreeMap<(u32, u64), u32>,
-    acked: BTreeSet<(u32, u64)>,
-    handled_after_ack: u64,
-    redelivered_unacked: u64,
-}
-
-impl Figures {
-    fn handle(&mut self, key: (u32, u64)) {
-        if self.acked.contains(&key) {
-            self.handled_after_ack += 1;
-        }
-        let count = self.handled.entry(key).or_default();
-        if *count > 0 {
-            self.redelivered_unacked += 1;
-        }
-        *count += 1;
-    }
-
-    fn take(&mut self, line: &str) {
-        let mut parts = line.split(' ');
-        let kind = parts.next().unwrap();
-        let p: u32 = parts.next().unwrap().parse().unwrap();
-        let o: u64 = parts.next().unwrap().parse().unwrap();
-        match kind {
-            "H" => self.handle((p, o)),
-            _ => {
-                self.acked.insert((p, o));
-            }
-        }
-    }
+    // closes); waiting a little covers the moment in between (C23).
+    let options = ConsumeOptions::default().owner(OwnerPolicy::Wait(Duration::from_secs(10)));
+    crash::run_child(&bus, &PLAN, role, options, crash::plain_ack).unwrap();
 }
 
 /// What one instance acknowledged, by (partition, offset).
@@ -249,95 +86,12 @@ fn kill_nine_mid_consume_loses_nothing_and_repeats_no_durable_ack() {
     };
     let prefix = bus.prefix().to_owned();
     let _cleanup = Cleanup(prefix.clone());
-    bus.provision(&Manifest::new([
-        TopicSpec::new(TOPIC, PARTITIONS),
-        TopicSpec::new(DLQ, 1),
-    ]))
-    .unwrap();
-    let mut rng = Rng::new();
-    let mut figures = Figures::default();
-    for round in 0..ROUNDS {
-        let target = 1 + rng.below(30) as usize;
-        let mut child = spawn(&prefix, "consume", round);
-        let receive = lines(&mut child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut got = 0;
-        while got < target {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match receive.recv_timeout(left.min(Duration::from_secs(2))) {
-                Ok(line) => {
-                    figures.take(&line);
-                    got += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
-        for line in receive.iter() {
-            figures.take(&line);
-        }
-    }
-    let mut child = spawn(&prefix, "drain", ROUNDS);
-    let receive = lines(&mut child);
-    for line in receive.iter() {
-        if line == "DONE" {
-            break;
-        }
-        figures.take(&line);
-    }
-    assert!(child.wait().unwrap().success(), "the draining child failed");
-
-    let mut all = BTreeSet::new();
-    let mut poisoned = BTreeSet::new();
-    for p in 0..PARTITIONS {
-        for event in bus.fetch_all(TOPIC, p, 0, 1024).unwrap() {
-            all.insert((p, event.offset));
-            if event.value["poison"] == true {
-                poisoned.insert((p, event.offset));
-            }
-        }
-    }
-    let letters = bus.fetch_all(DLQ, 0, 0, 1024).unwrap();
-    let dead: Vec<(u32, u64)> = letters
-        .iter()
-        .map(|l| {
-            let meta = &l.value["dead_letter"];
-            (
-                meta["partition"].as_u64().unwrap() as u32,
-                meta["offset"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let dead_set: BTreeSet<_> = dead.iter().copied().collect();
-    eprintln!(
-        "consumer-fault kill -9 (nats): rounds {ROUNDS}, records {}, handled twice after a durable \
-         ack {}, redelivered without an ack {}, dead-lettered {} (poisoned {})",
-        all.len(),
-        figures.handled_after_ack,
-        figures.redelivered_unacked,
-        dead.len(),
-        poisoned.len()
-    );
-    let unhandled: Vec<_> = all
-        .iter()
-        .filter(|k| !figures.handled.contains_key(k))
-        .collect();
-    assert!(unhandled.is_empty(), "never handled: {unhandled:?}");
-    assert_eq!(
-        figures.handled_after_ack, 0,
-        "a durably acked record was handled again"
-    );
-    assert_eq!(dead.len(), dead_set.len(), "a record dead-lettered twice");
-    assert_eq!(
-        dead_set, poisoned,
-        "the dead-letter topic holds exactly the poisoned records"
-    );
-    let info = bus.consumers(TOPIC).unwrap();
-    assert!(
-        info[0].partitions.iter().all(|p| p.lag_records == 0),
-        "{info:?}"
-    );
+    bus.provision(&PLAN.manifest()).unwrap();
+    let mut run = Run::new(&PLAN, vec![("BUS_CONSUMER_PREFIX".to_owned(), prefix)]);
+    run.all_rounds_and_drain().unwrap();
+    let outcome = run.finish(&bus).unwrap();
+    eprintln!("consumer-fault {}", outcome.summary());
+    outcome.assert_holds();
 }
 
 /// Consumes with an ack per record until `until` says stop; failures (the

@@ -5,6 +5,7 @@
 //! as passed.
 
 pub mod cases;
+pub mod crash;
 
 use bus_core::consumer::DurableConsumers;
 use bus_core::{BusError, EventBus, Manifest, TopicSpec};
