@@ -29,6 +29,7 @@
 //! [`mount_or_skip`] says loudly when they are missing and fails instead
 //! with `BUS_REQUIRE_BROKERS=1`.
 
+pub mod rounds;
 pub mod state;
 
 mod fs;
