@@ -93,13 +93,16 @@ pub struct Tally {
     pub holes: usize,
     /// Unsynced pages the cuts dropped.
     pub pages_dropped: u64,
+    /// The server did not start again after the last cut (the rounds
+    /// ended there; every ack counted lost).
+    pub server_lost: bool,
 }
 
 impl Tally {
     /// A Markdown row under [`HEADER`].
     pub fn row(&self, name: &str) -> String {
         format!(
-            "| {name} | {} | {} | {} ({} rounds) | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} ({} rounds) | {} | {} | {} | {} | {} | {} |",
             self.rounds,
             self.acked,
             self.lost,
@@ -108,7 +111,8 @@ impl Tally {
             self.topic_lost,
             self.duplicated,
             self.holes,
-            self.pages_dropped
+            self.pages_dropped,
+            if self.server_lost { "no" } else { "yes" }
         )
     }
 
@@ -119,11 +123,12 @@ impl Tally {
             && self.topic_lost == 0
             && self.duplicated == 0
             && self.holes == 0
+            && !self.server_lost
     }
 }
 
 /// The header of [`Tally::row`].
-pub const HEADER: &str = "| configuration | rounds | acked | lost | lost after a later cut | topic gone after a cut | duplicated | holes | unsynced pages dropped |\n|---|---|---|---|---|---|---|---|---|";
+pub const HEADER: &str = "| configuration | rounds | acked | lost | lost after a later cut | topic gone after a cut | duplicated | holes | unsynced pages dropped | server started after every cut |\n|---|---|---|---|---|---|---|---|---|---|";
 
 /// The value published for `uid`, so the check compares it whole.
 pub fn value_for(uid: &str, i: usize) -> Value {
@@ -191,9 +196,19 @@ pub fn run(fs: &PowerFs, server: &mut dyn Server, config: &Config) -> Result<Tal
         let bus = connect(server)?;
         let acks = publish_until_cut(fs, server, bus, config, round, target, torn, &mut tally)?;
         fs.power_on();
-        server.start()?;
         tally.rounds += 1;
         tally.acked += acks.len();
+        if let Err(why) = server.start() {
+            // The server does not come back on what the disk kept (a
+            // control's cluster can be beyond recovery): everything
+            // acknowledged is lost, and the rounds end here.
+            eprintln!("round {round}: the server does not start after the cut: {why}");
+            tally.server_lost = true;
+            tally.lost += acks.len();
+            tally.rounds_losing += 1;
+            tally.lost_later += standing.len();
+            return Ok(tally);
+        }
 
         let bus = connect(server)?;
         let shown = match read_everything(bus.as_ref(), config) {
