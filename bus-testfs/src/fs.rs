@@ -117,6 +117,17 @@ fn empty(reply: ReplyEmpty, result: Result<(), state::Errno>) {
 }
 
 impl Filesystem for Fs {
+    /// Shared mmap of the direct-I/O files, where the kernel offers it
+    /// (Linux 6.6+): Kafka maps its index files and cannot start without.
+    /// Pages written through a map reach this filesystem as writes when
+    /// the kernel writes them back (msync, fsync, writeback); until then
+    /// they are the kernel's, and a cut here does not drop them: the one
+    /// place this filesystem is more lenient than a machine losing power.
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         entry(
             reply,
