@@ -209,7 +209,7 @@ fn one_broker_loses_with_its_defaults_and_not_when_it_flushes_each_message() {
     let Some(defaults) = run(
         "kafka_defaults",
         false,
-        rounds::rounds_from_env(3).min(20),
+        rounds::rounds_from_env(2).min(20),
         false,
     ) else {
         return;
