@@ -9,7 +9,8 @@
 //!   OS, relying on replication): expected to lose every ack since the
 //!   broker started, and the bus's registry record (`__bus_manifest`) with
 //!   them, so a fresh bus answers `UnknownTopic` (the "topic gone" column);
-//!   asserted as measured: it loses;
+//!   asserted as measured: it loses (8 cuts: 1,581 of 1,737 acks, every
+//!   cut losing, the topic gone after the first);
 //! - `log.flush.interval.messages=1` (an fsync per message before the
 //!   ack): no ack may be lost, for a topic provisioned before (the kernel's
 //!   writeback ran between): a topic created in the same boot can come
