@@ -12,7 +12,8 @@
 # Env: BUS_POSTGRES_PORT (5433: 5432 is left to a system server), BUS_BROKER_HOME (~/.cache/bus-brokers),
 #      BUS_POSTGRES_BIN (directory holding initdb/pg_ctl), BUS_POSTGRES_USER / _PASSWORD / _DB (bus/bus/bus),
 #      BUS_POSTGRES_RUN_AS (user the server runs as when this script runs as root: postgres),
-#      BUS_POSTGRES_START_TIMEOUT (30 s), BUS_POSTGRES_SERVER_OPTS (more `-c name=value` for the server,
+#      BUS_POSTGRES_START_TIMEOUT (30 s), BUS_POSTGRES_SOCKET_DIR (the cluster's directory: where its Unix
+#      socket goes; the power-cut test keeps it off its FUSE mount, which has no sockets), BUS_POSTGRES_SERVER_OPTS (more `-c name=value` for the server,
 #      e.g. TLS: "-c ssl=on -c ssl_cert_file=... -c ssl_key_file=..."). Human messages go to stderr, data lines to stdout.
 set -euo pipefail
 
@@ -89,7 +90,7 @@ ready() { # ready PORT: accepting connections
 
 psql_admin() { # psql_admin HOME PORT SQL...: as the cluster's superuser over its own socket
   local home="$1" port="$2"; shift 2
-  as_server "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -h "$home" -p "$port" -U "$RUN_AS_DB" -d postgres "$@"
+  as_server "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -h "${BUS_POSTGRES_SOCKET_DIR:-$home}" -p "$port" -U "$RUN_AS_DB" -d postgres "$@"
 }
 
 # clear_stale_pid DATA: after a power loss postmaster.pid can come back empty or zero-filled
@@ -129,7 +130,7 @@ cmd_start() {
     # Sockets in the cluster's own directory; max_connections leaves room for the conformance suite's
     # parallel buses. fsync and synchronous_commit stay on: an ack is a durable commit.
     as_server "$bin/pg_ctl" start -D "$data" -l "$lf" -w -t "$START_TIMEOUT" -o \
-      "-c listen_addresses=$PG_HOST -p $port -c unix_socket_directories=$home -c max_connections=300 ${BUS_POSTGRES_SERVER_OPTS:-}" \
+      "-c listen_addresses=$PG_HOST -p $port -c unix_socket_directories=${BUS_POSTGRES_SOCKET_DIR:-$home} -c max_connections=300 ${BUS_POSTGRES_SERVER_OPTS:-}" \
       >&2 || { tail_log "$lf"; die "pg_ctl start failed"; }
   fi
   local end=$(( $(now_ms) + START_TIMEOUT * 1000 ))

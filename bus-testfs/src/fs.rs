@@ -94,8 +94,8 @@ fn attr(state: &State, ino: u64) -> Result<FileAttr, state::Errno> {
         kind,
         perm: u16::try_from(inode.mode & 0o7777).unwrap_or(0o644),
         nlink: state.links(ino),
-        uid: 0,
-        gid: 0,
+        uid: inode.uid,
+        gid: inode.gid,
         rdev: 0,
         blksize: 4096,
         flags: 0,
@@ -117,6 +117,17 @@ fn empty(reply: ReplyEmpty, result: Result<(), state::Errno>) {
 }
 
 impl Filesystem for Fs {
+    /// Shared mmap of the direct-I/O files, where the kernel offers it
+    /// (Linux 6.6+): Kafka maps its index files and cannot start without.
+    /// Pages written through a map reach this filesystem as writes when
+    /// the kernel writes them back (msync, fsync, writeback); until then
+    /// they are the kernel's, and a cut here does not drop them: the one
+    /// place this filesystem is more lenient than a machine losing power.
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> std::io::Result<()> {
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         entry(
             reply,
@@ -139,8 +150,8 @@ impl Filesystem for Fs {
         _req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
@@ -158,6 +169,9 @@ impl Filesystem for Fs {
             }
             if let Some(mode) = mode {
                 state.set_mode(ino.0, mode)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                state.set_owner(ino.0, uid, gid)?;
             }
             attr(&state, ino.0)
         });
@@ -180,7 +194,7 @@ impl Filesystem for Fs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -196,6 +210,7 @@ impl Filesystem for Fs {
             reply,
             self.up().and_then(|mut state| {
                 let ino = state.create(parent.0, name, State::new_file(), mode & !umask)?;
+                state.set_owner(ino, Some(req.uid()), Some(req.gid()))?;
                 Ok((state, ino))
             }),
         );
@@ -203,7 +218,7 @@ impl Filesystem for Fs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -214,6 +229,7 @@ impl Filesystem for Fs {
             reply,
             self.up().and_then(|mut state| {
                 let ino = state.create(parent.0, name, State::new_dir(), mode & !umask)?;
+                state.set_owner(ino, Some(req.uid()), Some(req.gid()))?;
                 Ok((state, ino))
             }),
         );
@@ -237,7 +253,7 @@ impl Filesystem for Fs {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
@@ -248,6 +264,7 @@ impl Filesystem for Fs {
             self.up().and_then(|mut state| {
                 let kind = Kind::Symlink(target.as_os_str().to_owned());
                 let ino = state.create(parent.0, link_name, kind, 0o777)?;
+                state.set_owner(ino, Some(req.uid()), Some(req.gid()))?;
                 Ok((state, ino))
             }),
         );
@@ -443,7 +460,7 @@ impl Filesystem for Fs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -453,6 +470,7 @@ impl Filesystem for Fs {
     ) {
         let result = self.up().and_then(|mut state| {
             let ino = state.create(parent.0, name, State::new_file(), mode & !umask)?;
+            state.set_owner(ino, Some(req.uid()), Some(req.gid()))?;
             Ok((attr(&state, ino)?, self.handle(&state)))
         });
         match result {

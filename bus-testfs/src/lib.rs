@@ -29,11 +29,13 @@
 //! [`mount_or_skip`] says loudly when they are missing and fails instead
 //! with `BUS_REQUIRE_BROKERS=1`.
 
+pub mod rounds;
 pub mod state;
 
 mod fs;
 
 use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -119,6 +121,16 @@ impl PowerFs {
     /// Mounts over `backing` (its contents are the disk) at `mountpoint`.
     pub fn mount(backing: &Path, mountpoint: &Path) -> io::Result<Self> {
         let mut state = State::new();
+        // The root shows the backing directory's owner and mode (a server
+        // run as another user checks the directory it is given).
+        let meta = std::fs::metadata(backing)?;
+        let to_io = |code: i32| io::Error::from_raw_os_error(code);
+        state
+            .set_owner(ROOT, Some(meta.uid()), Some(meta.gid()))
+            .map_err(to_io)?;
+        state
+            .set_mode(ROOT, meta.permissions().mode())
+            .map_err(to_io)?;
         import(&mut state, backing, ROOT)?;
         let state = Arc::new(Mutex::new(state));
         let mut config = fuser::Config::default();
@@ -261,21 +273,25 @@ fn import(state: &mut State, dir: &Path, ino: u64) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let meta = std::fs::symlink_metadata(entry.path())?;
-        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+        let mode = meta.permissions().mode();
+        let owner = (Some(meta.uid()), Some(meta.gid()));
         let name = entry.file_name();
         if meta.is_dir() {
             let child = state
                 .create(ino, &name, State::new_dir(), mode)
                 .map_err(to_io)?;
+            state.set_owner(child, owner.0, owner.1).map_err(to_io)?;
             import(state, &entry.path(), child)?;
         } else if meta.is_symlink() {
             let target = std::fs::read_link(entry.path())?;
             let kind = Kind::Symlink(target.into_os_string());
-            state.create(ino, &name, kind, mode).map_err(to_io)?;
+            let child = state.create(ino, &name, kind, mode).map_err(to_io)?;
+            state.set_owner(child, owner.0, owner.1).map_err(to_io)?;
         } else if meta.is_file() {
             let child = state
                 .create(ino, &name, State::new_file(), mode)
                 .map_err(to_io)?;
+            state.set_owner(child, owner.0, owner.1).map_err(to_io)?;
             state
                 .load(child, &std::fs::read(entry.path())?)
                 .map_err(to_io)?;
@@ -303,6 +319,11 @@ fn export(state: &State, backing: &Path) -> io::Result<()> {
             Kind::File { .. } => {
                 std::fs::write(&target, state.disk_bytes(ino).unwrap_or_default())?;
             }
+        }
+        // Owners pass through both ways; modes of links are not settable.
+        std::os::unix::fs::lchown(&target, Some(inode.uid), Some(inode.gid))?;
+        if !matches!(inode.kind, Kind::Symlink(_)) {
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(inode.mode))?;
         }
     }
     Ok(())

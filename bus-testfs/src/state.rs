@@ -141,6 +141,13 @@ pub struct Inode {
     pub kind: Kind,
     /// Permission bits.
     pub mode: u32,
+    /// Owner and group: passed through from the backing directory and set
+    /// by the caller's `chown` or create, because servers check them
+    /// (PostgreSQL refuses a data directory it does not own). Kept with
+    /// the inode, like the mode.
+    pub uid: u32,
+    /// Group, as `uid`.
+    pub gid: u32,
     /// Last modification (not part of what a cut keeps exactly).
     pub mtime: SystemTime,
 }
@@ -198,6 +205,8 @@ impl State {
                 disk: BTreeMap::new(),
             },
             mode: 0o755,
+            uid: 0,
+            gid: 0,
             mtime: SystemTime::now(),
         };
         Self {
@@ -264,6 +273,8 @@ impl State {
         let inode = Inode {
             kind,
             mode,
+            uid: 0,
+            gid: 0,
             mtime: SystemTime::now(),
         };
         self.inodes.insert(ino, inode);
@@ -400,6 +411,19 @@ impl State {
     /// Changes the permission bits (kept with the inode, durable with it).
     pub fn set_mode(&mut self, ino: u64, mode: u32) -> Result<(), Errno> {
         self.get_mut(ino)?.mode = mode & 0o7777;
+        Ok(())
+    }
+
+    /// Changes the owner and/or group (`chown`; kept with the inode, as
+    /// the mode is).
+    pub fn set_owner(&mut self, ino: u64, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        let inode = self.get_mut(ino)?;
+        if let Some(uid) = uid {
+            inode.uid = uid;
+        }
+        if let Some(gid) = gid {
+            inode.gid = gid;
+        }
         Ok(())
     }
 

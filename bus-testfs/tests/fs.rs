@@ -235,3 +235,38 @@ fn a_test_that_panics_with_a_file_open_leaves_no_mount_behind() {
     );
     drop(held);
 }
+
+/// Owners pass through (#29, round 2): PostgreSQL, run as its own user,
+/// refuses a data directory it does not own. The backing directory's
+/// owner shows at the mount, `chown` and a create by another user set it,
+/// and the owner and mode reach the backing directory at unmount.
+#[test]
+fn owners_and_modes_pass_through_both_ways() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root = tempfile::tempdir().unwrap();
+    let backing = root.path().join("backing");
+    let mnt = root.path().join("mnt");
+    std::fs::create_dir(&backing).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::write(backing.join("theirs"), b"x").unwrap();
+    std::os::unix::fs::chown(backing.join("theirs"), Some(4321), Some(4322)).unwrap();
+    let Some(fs) = bus_testfs::mount_or_skip("owners_pass_through", &backing, &mnt).unwrap() else {
+        return;
+    };
+    let theirs = std::fs::metadata(fs.path().join("theirs")).unwrap();
+    assert_eq!((theirs.uid(), theirs.gid()), (4321, 4322));
+    let dir = fs.path().join("data");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(1234), Some(1235)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (1234, 1235));
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+    sync_dir(fs.path());
+    fs.unmount().unwrap();
+    let meta = std::fs::metadata(backing.join("data")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (1234, 1235));
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+    let theirs = std::fs::metadata(backing.join("theirs")).unwrap();
+    assert_eq!((theirs.uid(), theirs.gid()), (4321, 4322));
+}
