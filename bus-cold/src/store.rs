@@ -88,8 +88,18 @@ pub(crate) fn describe(error: &object_store::Error) -> String {
 }
 
 /// A store failure: `Unavailable` (retryable, C13) naming what was done.
+/// A missing bucket is a configuration error, not an outage: retrying
+/// cannot help (the cold tier never creates a bucket).
 fn unavailable(what: String, error: object_store::Error) -> BusError {
     let reason = format!("{what}: {}", describe(&error));
+    if reason.contains("NoSuchBucket") {
+        return BusError::invalid(
+            "cold.location",
+            format!(
+                "the bucket does not exist (create it first; the cold tier never does): {reason}"
+            ),
+        );
+    }
     BusError::unavailable_caused("cold", reason, error)
 }
 
