@@ -49,6 +49,9 @@ pub const DEFAULT_OBJECT_RECORDS: usize = 4096;
 /// Objects kept decoded-ready in memory by a reader (they never change).
 const CACHED_OBJECTS: usize = 4;
 
+/// An object's (topic, partition, first offset) and its bytes.
+type CachedObject = ((String, u32, u64), Arc<Vec<u8>>);
+
 /// A cold tier at one location.
 pub struct ColdTier {
     location: String,
@@ -56,7 +59,7 @@ pub struct ColdTier {
     root: StorePath,
     executor: ConnectorExecutor,
     /// Recently read objects by (topic, partition, from).
-    cache: Mutex<Vec<((String, u32, u64), Arc<Vec<u8>>)>>,
+    cache: Mutex<Vec<CachedObject>>,
 }
 
 impl std::fmt::Debug for ColdTier {

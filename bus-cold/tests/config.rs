@@ -1,7 +1,7 @@
 //! C24 bad configuration: a bucket that does not exist, an unreachable
 //! endpoint, credentials in a location — each a clear error naming what is
 //! wrong, nothing archived, and secrets never printed.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 mod common;
 

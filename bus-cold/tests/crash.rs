@@ -2,7 +2,7 @@
 //! nothing half-visible, archives nothing twice and loses nothing — on local
 //! files, and on the S3 server when BUS_S3_ENDPOINT is set. The archiver is
 //! this test binary run again as a child (`crash_child`).
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! is an error naming the range (`Corrupt` / `Integrity`), never a silent
 //! gap; a stray object under the tier's prefix is refused, not guessed at.
 //! On local files, where the test can damage objects directly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 mod common;
 

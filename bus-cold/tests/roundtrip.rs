@@ -1,6 +1,6 @@
 //! C24 round trip and idempotence on every location (memory, local files,
 //! the S3 server when BUS_S3_ENDPOINT is set).
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 mod common;
 

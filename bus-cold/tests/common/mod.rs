@@ -1,7 +1,7 @@
 //! Shared by the cold tier's tests: where to archive (local files, memory,
 //! and the S3 server named by BUS_S3_ENDPOINT / BUS_S3_BUCKET), and records
 //! that look like a backend's (tags, UIDs, exact value bytes).
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 use bus_cold::{ColdLocation, ColdRecord, S3Location};
 use bus_core::auth::{RecordAuth, RecordParts};
