@@ -8,7 +8,11 @@
 //!
 //! Local files always; the S3 server too when BUS_S3_ENDPOINT and
 //! BUS_S3_BUCKET are set (scripts/seaweedfs.sh start). Prints a table; asserts nothing.
-#![allow(clippy::unwrap_used, clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation
+)]
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,7 +41,9 @@ fn records(topic: &str, n: u64) -> Vec<ColdRecord> {
 
 fn raw_store(location: &ColdLocation) -> Arc<dyn ObjectStore> {
     match location {
-        ColdLocation::Local { root } => Arc::new(object_store::local::LocalFileSystem::new_with_prefix(root).unwrap()),
+        ColdLocation::Local { root } => {
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(root).unwrap())
+        }
         ColdLocation::S3 { s3, .. } => Arc::new(
             object_store::aws::AmazonS3Builder::new()
                 .with_bucket_name(&s3.bucket)
@@ -57,15 +63,32 @@ fn rate(n: f64, secs: f64) -> String {
 }
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200_000);
     let dir = tempfile::tempdir().unwrap();
-    let mut locations = vec![("local files", ColdLocation::Local { root: dir.path().join("cold") })];
-    if let (Ok(endpoint), Ok(bucket)) = (std::env::var("BUS_S3_ENDPOINT"), std::env::var("BUS_S3_BUCKET")) {
+    let mut locations = vec![(
+        "local files",
+        ColdLocation::Local {
+            root: dir.path().join("cold"),
+        },
+    )];
+    if let (Ok(endpoint), Ok(bucket)) = (
+        std::env::var("BUS_S3_ENDPOINT"),
+        std::env::var("BUS_S3_BUCKET"),
+    ) {
         let prefix = format!("bench-{}-{}", std::process::id(), bus_core::now_ms());
         locations.push((
             "SeaweedFS S3",
             ColdLocation::S3 {
-                s3: S3Location { endpoint: Some(endpoint), bucket, region: "us-east-1".into(), access_key_id: None, secret_access_key: None },
+                s3: S3Location {
+                    endpoint: Some(endpoint),
+                    bucket,
+                    region: "us-east-1".into(),
+                    access_key_id: None,
+                    secret_access_key: None,
+                },
                 prefix,
             },
         ));
@@ -78,14 +101,26 @@ fn main() {
     let objects: Vec<Vec<u8>> = all
         .chunks(DEFAULT_OBJECT_RECORDS)
         .map(|c| {
-            let place = format::Place { topic, partition: 0, from: c[0].offset, end: c[0].offset + c.len() as u64 };
+            let place = format::Place {
+                topic,
+                partition: 0,
+                from: c[0].offset,
+                end: c[0].offset + c.len() as u64,
+            };
             format::encode(place, c).unwrap()
         })
         .collect();
     let object_bytes: usize = objects.iter().map(Vec::len).sum();
-    println!("{n} records, {} objects of up to {DEFAULT_OBJECT_RECORDS}; value JSON {:.1} B/record; cold object {:.1} B/record (key, UID, stored_at, 32-byte tag, framing; no compression yet)",
-        objects.len(), value_bytes as f64 / n as f64, object_bytes as f64 / n as f64);
-    println!("{:<14} {:<34} {:>12} {:>10}", "store", "phase", "records/s", "MB/s");
+    println!(
+        "{n} records, {} objects of up to {DEFAULT_OBJECT_RECORDS}; value JSON {:.1} B/record; cold object {:.1} B/record (key, UID, stored_at, 32-byte tag, framing; no compression yet)",
+        objects.len(),
+        value_bytes as f64 / n as f64,
+        object_bytes as f64 / n as f64
+    );
+    println!(
+        "{:<14} {:<34} {:>12} {:>10}",
+        "store", "phase", "records/s", "MB/s"
+    );
     for (name, location) in locations {
         let tier = ColdTier::open(&location).unwrap();
         let t = Instant::now();
@@ -94,17 +129,32 @@ fn main() {
         }
         let archive = t.elapsed().as_secs_f64();
         let row = |phase: &str, secs: f64| {
-            println!("{name:<14} {phase:<34} {} {:>10.1}", rate(n as f64, secs), object_bytes as f64 / secs / 1e6);
+            println!(
+                "{name:<14} {phase:<34} {} {:>10.1}",
+                rate(n as f64, secs),
+                object_bytes as f64 / secs / 1e6
+            );
         };
         row("archive (object + manifest)", archive);
         // Raw: the same bytes, one create per object, no manifest.
         let raw = raw_store(&location);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let root = match &location { ColdLocation::S3 { prefix, .. } => format!("{prefix}-raw"), _ => "raw".into() };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let root = match &location {
+            ColdLocation::S3 { prefix, .. } => format!("{prefix}-raw"),
+            _ => "raw".into(),
+        };
         let t = Instant::now();
         rt.block_on(async {
             for (i, bytes) in objects.iter().enumerate() {
-                raw.put(&Path::from(format!("{root}/{i}")), PutPayload::from(bytes.clone())).await.unwrap();
+                raw.put(
+                    &Path::from(format!("{root}/{i}")),
+                    PutPayload::from(bytes.clone()),
+                )
+                .await
+                .unwrap();
             }
         });
         row("raw put of the same bytes", t.elapsed().as_secs_f64());
@@ -123,14 +173,25 @@ fn main() {
             let page = replay.fetch(topic, 0, from, 1000, Some(&auth)).unwrap();
             from = page.last().unwrap().offset + 1;
         }
-        row("cold replay (fetch, tags checked)", t.elapsed().as_secs_f64());
+        row(
+            "cold replay (fetch, tags checked)",
+            t.elapsed().as_secs_f64(),
+        );
         let t = Instant::now();
         rt.block_on(async {
             for i in 0..objects.len() {
-                raw.get(&Path::from(format!("{root}/{i}"))).await.unwrap().bytes().await.unwrap();
+                raw.get(&Path::from(format!("{root}/{i}")))
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
             }
         });
         row("raw get of the same objects", t.elapsed().as_secs_f64());
-        println!("{name:<14} {:<34} {first_ms:>12.1} ms", "first read of a cold range");
+        println!(
+            "{name:<14} {:<34} {first_ms:>12.1} ms",
+            "first read of a cold range"
+        );
     }
 }

@@ -2,7 +2,11 @@
 //! cold tier (local files, and the S3 server when BUS_S3_ENDPOINT is set),
 //! expired from the hot log, and read back through the same `fetch` and
 //! `subscribe` with the same offsets, values and `stored_at`, tags verified.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_possible_truncation)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_possible_truncation
+)]
 
 use std::time::{Duration, Instant};
 
