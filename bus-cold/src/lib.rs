@@ -60,6 +60,10 @@ pub struct ColdTier {
     executor: ConnectorExecutor,
     /// Recently read objects by (topic, partition, from).
     cache: Mutex<Vec<CachedObject>>,
+    /// The last manifest read per (topic, partition). Archived ranges are
+    /// immutable and only ever appended, so a read below its end needs no
+    /// fresh listing; a read at or past it refreshes.
+    manifests: Mutex<std::collections::HashMap<(String, u32), Arc<Manifest>>>,
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -86,6 +90,7 @@ impl ColdTier {
             root,
             executor: ConnectorExecutor::with_timeout("bus-cold", timeout)?,
             cache: Mutex::new(Vec::new()),
+            manifests: Mutex::default(),
         })
     }
 
@@ -226,7 +231,22 @@ impl ColdTier {
         max: usize,
     ) -> Result<Vec<ColdRecord>, BusError> {
         let part = self.partition(topic, partition)?;
-        let manifest = self.manifest(topic, partition)?;
+        let key = (topic.to_owned(), partition);
+        let cached = self
+            .manifests
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned());
+        let manifest = match cached {
+            Some(manifest) if from < manifest.end() => manifest,
+            _ => {
+                let fresh = Arc::new(self.manifest(topic, partition)?);
+                if let Ok(mut manifests) = self.manifests.lock() {
+                    manifests.insert(key, Arc::clone(&fresh));
+                }
+                fresh
+            }
+        };
         let mut out = Vec::new();
         let mut cursor = from.max(manifest.start().unwrap_or(from));
         for range in &manifest.ranges {
