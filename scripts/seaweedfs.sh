@@ -45,6 +45,9 @@ weed_bin() {
 # cmd_install: `go install …@version` is refused (the module's go.mod has replace
 # directives), so a scratch module requires it and builds the command. The Go module and
 # build caches (GOMODCACHE, GOCACHE) make a second build on the same machine fast.
+# -ldflags '-s -w' (no symbol table, no DWARF): 164 MB instead of 233 MB and a shorter link
+# (12 s here with warm caches); `weed version` is unchanged. Not -trimpath: it changes the
+# build cache's keys, so a machine whose caches were warmed without it compiles everything again.
 cmd_install() {
   local bin
   if bin="$(weed_bin)"; then
@@ -62,7 +65,7 @@ cmd_install() {
     cd "$scratch" &&
       go mod init x &&
       go get "github.com/seaweedfs/seaweedfs/weed@$VERSION" &&
-      go build -o weed github.com/seaweedfs/seaweedfs/weed
+      go build -ldflags='-s -w' -o weed github.com/seaweedfs/seaweedfs/weed
   ) >"$scratch/build.log" 2>&1; then
     tail_log "$scratch/build.log"; rm -rf "$scratch"; die "building weed failed"
   fi
