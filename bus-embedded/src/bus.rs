@@ -275,6 +275,16 @@ impl EventBus for EmbeddedBus {
             return Ok(Vec::new());
         }
         let auth = self.inner.auth();
+        #[cfg(feature = "cold")]
+        return crate::cold::fetch(
+            &self.inner,
+            &topic.spec.name,
+            partition,
+            offset,
+            max,
+            auth.as_ref(),
+        );
+        #[cfg(not(feature = "cold"))]
         self.inner
             .readable(&topic.spec.name, partition)?
             .fetch(offset, max, auth.as_ref())

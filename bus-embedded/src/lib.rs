@@ -3,6 +3,9 @@
 #[cfg(feature = "async")]
 mod asynchronous;
 mod bus;
+/// The cold tier (C24): archive sealed history, read below the hot log start.
+#[cfg(feature = "cold")]
+pub mod cold;
 mod consumer;
 mod fsutil;
 #[cfg(feature = "fuzzing")]

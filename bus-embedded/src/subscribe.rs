@@ -63,6 +63,9 @@ impl Feed for LogFeed {
             return Ok(Vec::new());
         };
         let auth = inner.auth();
+        #[cfg(feature = "cold")]
+        return crate::cold::fetch(&inner, &self.topic, partition, from, max, auth.as_ref());
+        #[cfg(not(feature = "cold"))]
         inner
             .readable(&self.topic, partition)?
             .fetch(from, max, auth.as_ref())
