@@ -5,8 +5,8 @@
 use crate::consumer::{ConsumeOptions, Consumer, ConsumerInfo, DurableConsumers};
 use crate::subscription::{Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
-    BatchRecord, BusError, Capabilities, EventBus, Manifest, PartitionOffsets, PublishAck,
-    StoredEvent, TopicSpec,
+    BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest, PartitionOffsets,
+    PublishAck, StoredEvent, StoredRecord, TopicSpec,
 };
 
 /// A bus whose operations each run in a `tracing` span of the bus span
@@ -228,6 +228,34 @@ impl<B: EventBus> EventBus for Traced<B> {
     ) -> Result<Vec<StoredEvent>, BusError> {
         op_span!(self, fetch, topic, partition, offset, max)
             .in_scope(|| self.inner.fetch(topic, partition, offset, max))
+    }
+
+    /// In the `bus.publish` span: headers are a publish's argument, not
+    /// another operation (C25).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        op_span!(self, publish, topic).in_scope(|| {
+            self.inner
+                .publish_with_headers(topic, key, value, event_uid, headers)
+        })
+    }
+
+    /// In the `bus.fetch` span.
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        op_span!(self, fetch, topic, partition, offset, max)
+            .in_scope(|| self.inner.fetch_with_headers(topic, partition, offset, max))
     }
 
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
