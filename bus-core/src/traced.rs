@@ -314,8 +314,8 @@ mod asynchronous {
     use super::Traced;
     use crate::subscription::{Selector, StartAt, SubscribeOptions, SubscriptionStream};
     use crate::{
-        AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
-        StoredEvent, TopicSpec,
+        AsyncEventBus, BatchRecord, BoxFuture, BusError, Headers, Manifest, PartitionOffsets,
+        PublishAck, StoredEvent, StoredRecord, TopicSpec,
     };
 
     /// Each future runs in the span the sync surface opens for the same
@@ -381,6 +381,37 @@ mod asynchronous {
             Box::pin(
                 self.inner
                     .find_event_by_uid(topic, key, event_uid)
+                    .instrument(span),
+            )
+        }
+
+        fn publish_with_headers<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            value: &'a serde_json::Value,
+            event_uid: Option<&'a str>,
+            headers: &'a Headers,
+        ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+            let span = op_span!(self, publish, topic);
+            Box::pin(
+                self.inner
+                    .publish_with_headers(topic, key, value, event_uid, headers)
+                    .instrument(span),
+            )
+        }
+
+        fn fetch_with_headers<'a>(
+            &'a self,
+            topic: &'a str,
+            partition: u32,
+            offset: u64,
+            max: usize,
+        ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
+            let span = op_span!(self, fetch, topic, partition, offset, max);
+            Box::pin(
+                self.inner
+                    .fetch_with_headers(topic, partition, offset, max)
                     .instrument(span),
             )
         }
