@@ -324,9 +324,9 @@ impl AsyncEventBus for crate::memory::MemoryBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
-        Box::pin(async move {
-            crate::EventBus::fetch_with_headers(self, topic, partition, offset, max)
-        })
+        Box::pin(
+            async move { crate::EventBus::fetch_with_headers(self, topic, partition, offset, max) },
+        )
     }
 
     fn offsets<'a>(

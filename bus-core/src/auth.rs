@@ -388,10 +388,7 @@ mod tests {
         ] {
             assert!(!auth.verify_with(parts(b"{}"), &forged, &tag), "{forged:?}");
         }
-        assert_eq!(
-            auth.check_with(parts(b"{}"), &headers, Some(&tag)),
-            Ok(())
-        );
+        assert_eq!(auth.check_with(parts(b"{}"), &headers, Some(&tag)), Ok(()));
         let placed = auth.tag_at_with(parts(b"{}"), &headers, place);
         assert!(auth.verify_at_with(parts(b"{}"), &headers, place, &placed));
         assert!(!auth.verify_at(parts(b"{}"), place, &placed));

@@ -2,8 +2,7 @@
 
 use crate::subscription::{Feed, Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
-    BusError, Capabilities, Headers, Manifest, PublishAck, StoredEvent, StoredRecord,
-    partition_for,
+    BusError, Capabilities, Headers, Manifest, PublishAck, StoredEvent, StoredRecord, partition_for,
 };
 
 /// One record of a batch publish.
@@ -295,7 +294,8 @@ impl<B: EventBus + 'static> Feed for FetchFeed<B> {
         from: u64,
         max: usize,
     ) -> Result<Vec<StoredRecord>, BusError> {
-        self.bus.fetch_with_headers(&self.topic, partition, from, max)
+        self.bus
+            .fetch_with_headers(&self.topic, partition, from, max)
     }
 
     fn read_records_below_head(

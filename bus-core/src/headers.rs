@@ -267,7 +267,13 @@ mod tests {
         assert!(refused(&mut headers, "a b", "v").contains("' '"));
         assert!(refused(&mut headers, "ñame", "v").contains("ASCII"));
         assert!(refused(&mut headers, &"n".repeat(65), "v").contains("65 bytes"));
-        for reserved in ["bus-uid", "Bus-Tag", "BUS-KEY", "Nats-Msg-Id", "nats-expected-x"] {
+        for reserved in [
+            "bus-uid",
+            "Bus-Tag",
+            "BUS-KEY",
+            "Nats-Msg-Id",
+            "nats-expected-x",
+        ] {
             assert!(refused(&mut headers, reserved, "v").contains("reserved"));
         }
         headers.insert("n".repeat(64), "v").unwrap();
@@ -289,7 +295,9 @@ mod tests {
             headers.insert(format!("h{i}"), "v").unwrap();
         }
         assert!(refused(&mut headers, "one-more", "v").contains("more than 16"));
-        headers.insert("h1", "replacing is fine at the limit").unwrap();
+        headers
+            .insert("h1", "replacing is fine at the limit")
+            .unwrap();
         let mut big = Headers::new();
         big.insert("a", "v".repeat(1000)).unwrap();
         big.insert("b", "v".repeat(1000)).unwrap();

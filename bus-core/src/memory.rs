@@ -15,9 +15,8 @@ use crate::{
     BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
     PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
     Subscription, TopicSpec, backend::DoorbellRegistry, backend::FetchFeed,
-    backend::PreparedRecord, backend::RawRecord, backend::check_partition,
-    backend::prepare_record, backend::prepare_record_with, backend::uid_partition,
-    backend::validate_topic, now_ms,
+    backend::PreparedRecord, backend::RawRecord, backend::check_partition, backend::prepare_record,
+    backend::prepare_record_with, backend::uid_partition, backend::validate_topic, now_ms,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::auth::{RecordAuth, RecordParts, TAG_LEN};
 use crate::{
-    BusError, Headers, TopicSpec, backend::encode_value, backend::validate_key, backend::validate_uid,
-    partition_for, resolve_uid,
+    BusError, Headers, TopicSpec, backend::encode_value, backend::validate_key,
+    backend::validate_uid, partition_for, resolve_uid,
 };
 
 /// A record checked, encoded, placed and signed; nothing stored yet.

@@ -5,8 +5,8 @@
 use crate::consumer::{ConsumeOptions, Consumer, ConsumerInfo, DurableConsumers};
 use crate::subscription::{Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
-    BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest, PartitionOffsets,
-    PublishAck, StoredEvent, StoredRecord, TopicSpec,
+    BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest, PartitionOffsets, PublishAck,
+    StoredEvent, StoredRecord, TopicSpec,
 };
 
 /// A bus whose operations each run in a `tracing` span of the bus span

@@ -67,8 +67,14 @@ pub fn c25_headers_round_trip_through_fetch_and_subscribe(ctx: &mut Ctx) -> Case
         "publish_with_headers (retry)",
         bus.publish_with_headers(&topic, "k", &json!({"n": 2}), Some("u-25"), &second),
     );
-    assert_eq!(retry, uid_ack, "a retry with headers returns the first ack (C6)");
-    let fetched = ok("fetch_with_headers", bus.fetch_with_headers(&topic, 0, 0, 10));
+    assert_eq!(
+        retry, uid_ack,
+        "a retry with headers returns the first ack (C6)"
+    );
+    let fetched = ok(
+        "fetch_with_headers",
+        bus.fetch_with_headers(&topic, 0, 0, 10),
+    );
     let seen: Vec<_> = fetched
         .iter()
         .map(|record| (record.event.offset, record.headers.clone()))
@@ -181,7 +187,10 @@ pub fn c25_records_without_headers_are_unchanged(ctx: &mut Ctx) -> CaseResult {
         },
     )?;
     let bus = ctx.bus();
-    let records = ok("fetch_with_headers", bus.fetch_with_headers(&topic, 0, 0, 10));
+    let records = ok(
+        "fetch_with_headers",
+        bus.fetch_with_headers(&topic, 0, 0, 10),
+    );
     assert_eq!(records.len(), 2, "{records:?}");
     for record in &records {
         assert!(record.headers.is_empty(), "{record:?}");
@@ -209,10 +218,7 @@ pub fn c25_forged_headers_fail_with_integrity(ctx: &mut Ctx) -> CaseResult {
     let signed = headers(&[("role", "user")]);
     let forged = [
         // Changed: the tag of role=user on role=admin.
-        (
-            headers(&[("role", "admin")]),
-            auth.tag_with(parts, &signed),
-        ),
+        (headers(&[("role", "admin")]), auth.tag_with(parts, &signed)),
         // Added: a headerless record's tag with a header slipped in.
         (headers(&[("role", "admin")]), auth.tag(parts)),
         // Removed: the tag of role=user with no headers left.
@@ -256,7 +262,10 @@ pub fn c25_forged_headers_fail_with_integrity(ctx: &mut Ctx) -> CaseResult {
             BusError::Integrity { offset: o, .. } if o == offset
         );
     }
-    let good = ok("fetch_with_headers", bus.fetch_with_headers(&topic, 0, 4, 1));
+    let good = ok(
+        "fetch_with_headers",
+        bus.fetch_with_headers(&topic, 0, 4, 1),
+    );
     assert_eq!(good.len(), 1);
     assert_eq!(good[0].headers, signed);
     let mut sub = subscribe(
