@@ -163,8 +163,7 @@ pub fn c25_bad_headers_are_refused_and_nothing_stored(ctx: &mut Ctx) -> CaseResu
 pub fn c25_records_without_headers_are_unchanged(ctx: &mut Ctx) -> CaseResult {
     ctx.set_control_key(KEY);
     let topic = ctx.simple_topic("t", 1);
-    ok("publish", ctx.bus().publish(&topic, "k", &json!({"n": 0})));
-    let value = br#"{"n":1}"#.to_vec();
+    let value = br#"{"n":0}"#.to_vec();
     // The tag as every version before headers computed it.
     let old_tag = RecordAuth::new(&KEY)
         .tag(RecordParts {
@@ -186,7 +185,10 @@ pub fn c25_records_without_headers_are_unchanged(ctx: &mut Ctx) -> CaseResult {
             ..Default::default()
         },
     )?;
+    // Published after the injected record (a broker client may learn where
+    // a partition ends from its own publishes).
     let bus = ctx.bus();
+    ok("publish", bus.publish(&topic, "k", &json!({"n": 1})));
     let records = ok(
         "fetch_with_headers",
         bus.fetch_with_headers(&topic, 0, 0, 10),
@@ -195,7 +197,7 @@ pub fn c25_records_without_headers_are_unchanged(ctx: &mut Ctx) -> CaseResult {
     for record in &records {
         assert!(record.headers.is_empty(), "{record:?}");
     }
-    assert_eq!(records[1].event.value, json!({"n": 1}));
+    assert_eq!(records[0].event.value, json!({"n": 0}));
     Ok(())
 }
 
