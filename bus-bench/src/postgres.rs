@@ -102,6 +102,8 @@ impl RawConn {
             .map(|(_, _, value)| serde_json::to_vec(value))
             .collect::<Result<Vec<_>, _>>()?;
         let tags: Vec<Option<&[u8]>> = vec![None; records.len()];
+        // No headers (C25): the column stays NULL, as the bus leaves it.
+        let headers: Vec<Option<&str>> = vec![None; records.len()];
         let stored_at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
         let row = self
             .client
@@ -118,6 +120,7 @@ impl RawConn {
                     &stored_at,
                     &channel,
                     &None::<i64>,
+                    &headers,
                 ],
             )
             .await

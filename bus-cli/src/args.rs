@@ -65,6 +65,9 @@ pub enum Command {
         /// Event UID for deduplication (with a single value).
         #[arg(long)]
         uid: Option<String>,
+        /// A header NAME=VALUE (repeatable; with a single value), stored with the record (C25).
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
         /// A stdin batch closes at this many lines...
         #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..))]
         batch_lines: u32,

@@ -118,16 +118,20 @@ pub fn fetch(
     let mut left = max.unwrap_or(usize::MAX);
     let bar = progress::bar("replay", None);
     while left > 0 {
-        let page = bus.fetch(topic, partition, offset, left.min(PAGE))?;
+        let page = bus.fetch_with_headers(topic, partition, offset, left.min(PAGE))?;
         let Some(last) = page.last() else { break };
-        offset = last.offset + 1;
+        offset = last.event.offset + 1;
         left -= page.len();
         bar.inc(page.len() as u64);
-        for event in &page {
+        for record in &page {
             if value_only {
-                writeln!(out, "{}", event.value)?;
+                writeln!(out, "{}", record.event.value)?;
             } else {
-                writeln!(out, "{}", record_line(topic, event))?;
+                writeln!(
+                    out,
+                    "{}",
+                    record_line(topic, &record.event, &record.headers)
+                )?;
             }
         }
     }
@@ -164,8 +168,13 @@ pub fn with_lock_wait<T>(open: impl Fn() -> Result<T, BusError>) -> Result<T, Bu
 }
 
 /// One record as a JSON line: topic, partition, offset, key, UID (when the
-/// value carries one), stored_at and value.
-pub fn record_line(topic: &str, event: &bus::StoredEvent) -> serde_json::Value {
+/// value carries one), stored_at, value, and its headers (C25) when it has
+/// any.
+pub fn record_line(
+    topic: &str,
+    event: &bus::StoredEvent,
+    headers: &bus::Headers,
+) -> serde_json::Value {
     let mut line = serde_json::json!({
         "topic": topic,
         "partition": event.partition,
@@ -176,6 +185,9 @@ pub fn record_line(topic: &str, event: &bus::StoredEvent) -> serde_json::Value {
     });
     if let Some(uid) = bus::embedded_uid(&event.value) {
         line["uid"] = uid.into();
+    }
+    if !headers.is_empty() {
+        line["headers"] = serde_json::json!(headers);
     }
     line
 }

@@ -205,7 +205,7 @@ fn print(
         writeln!(out, "{}", delivery.event.value)?;
         return Ok(());
     }
-    let mut line = record_line(topic, &delivery.event);
+    let mut line = record_line(topic, &delivery.event, &delivery.headers);
     if delivery.delivery_count > 1 {
         line["delivery_count"] = delivery.delivery_count.into();
     }

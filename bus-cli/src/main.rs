@@ -62,12 +62,20 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             topic,
             key,
             uid,
+            headers,
             batch_lines,
             batch_ms,
             json,
         } => match json.as_deref() {
             Some(text) if text != "-" => {
-                publish::publish_one(&url, &topic, &key, uid.as_deref(), text, &mut out)?;
+                publish::publish_one(&url, &topic, &key, uid.as_deref(), &headers, text, &mut out)?;
+            }
+            _ if !headers.is_empty() => {
+                return Err(bus::BusError::invalid(
+                    "header",
+                    "--header goes with one value; stdin streams publish without headers",
+                )
+                .into());
             }
             _ if uid.is_some() => {
                 return Err(bus::BusError::invalid(

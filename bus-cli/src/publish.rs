@@ -49,18 +49,33 @@ pub fn publish_one(
     topic: &str,
     key: &str,
     uid: Option<&str>,
+    headers: &[String],
     text: &str,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
     let value = super::commands::parse_json(text, None)?;
+    let headers = parse_headers(headers)?;
     let bus = connect(url)?;
     let head = head_of(bus.as_ref(), topic, key)?;
-    let ack = match uid {
-        Some(uid) => bus.publish_idempotent(topic, key, &value, uid)?,
-        None => bus.publish(topic, key, &value)?,
-    };
+    let ack = bus.publish_with_headers(topic, key, &value, uid, &headers)?;
     writeln!(out, "{}", ack_line(&ack, None, ack.offset < head))?;
     Ok(())
+}
+
+/// `--header NAME=VALUE` arguments as headers (C25), checked as a publish
+/// checks them: a bad one is exit 2 before anything is stored.
+pub fn parse_headers(arguments: &[String]) -> Result<bus::Headers, BusError> {
+    let mut headers = bus::Headers::new();
+    for argument in arguments {
+        let Some((name, value)) = argument.split_once('=') else {
+            return Err(BusError::invalid(
+                "header",
+                format!("{argument:?} has no '='; write --header NAME=VALUE"),
+            ));
+        };
+        headers.insert(name, value)?;
+    }
+    Ok(headers)
 }
 
 /// The next offset of the partition `key` lands on: an ack below it is a

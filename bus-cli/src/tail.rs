@@ -11,8 +11,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use bus::{
-    BusError, EventBus, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    SubscriptionItem, partition_for,
+    BusError, EventBus, Headers, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, SubscriptionItem, partition_for,
 };
 
 use super::commands::{connect_reader, record_line};
@@ -90,7 +90,7 @@ impl<W: Write> Printer<'_, W> {
             .is_some_and(|count| self.printed >= count)
     }
 
-    fn print(&mut self, event: &StoredEvent) -> Result<(), BusError> {
+    fn print(&mut self, event: &StoredEvent, headers: &Headers) -> Result<(), BusError> {
         if self.done() {
             return Ok(());
         }
@@ -103,7 +103,7 @@ impl<W: Write> Printer<'_, W> {
         if self.options.value_only {
             writeln!(self.out, "{}", event.value)?;
         } else {
-            writeln!(self.out, "{}", record_line(self.topic, event))?;
+            writeln!(self.out, "{}", record_line(self.topic, event, headers))?;
         }
         Ok(())
     }
@@ -195,7 +195,7 @@ struct Cursor {
     partition: u32,
     next: u64,
     end: u64,
-    page: VecDeque<StoredEvent>,
+    page: VecDeque<StoredRecord>,
 }
 
 impl Cursor {
@@ -206,16 +206,16 @@ impl Cursor {
             let want = usize::try_from(self.end - self.next)
                 .unwrap_or(PAGE)
                 .min(PAGE);
-            match bus.fetch(topic, self.partition, self.next, want) {
-                Ok(events) => {
-                    let Some(last) = events.last() else {
+            match bus.fetch_with_headers(topic, self.partition, self.next, want) {
+                Ok(records) => {
+                    let Some(last) = records.last() else {
                         self.next = self.end;
                         break;
                     };
-                    self.next = last.offset + 1;
+                    self.next = last.event.offset + 1;
                     let end = self.end;
                     self.page
-                        .extend(events.into_iter().filter(|e| e.offset < end));
+                        .extend(records.into_iter().filter(|r| r.event.offset < end));
                 }
                 Err(error @ BusError::Integrity { offset, .. }) if offset >= self.next => {
                     warn(&error.to_string());
@@ -224,7 +224,7 @@ impl Cursor {
                 Err(error) => return Err(error),
             }
         }
-        Ok(self.page.front())
+        Ok(self.page.front().map(|record| &record.event))
     }
 }
 
@@ -258,8 +258,8 @@ fn merge<W: Write>(
         }
         let cursor = &mut cursors[index];
         let partition = cursor.partition;
-        if let Some(event) = cursor.page.pop_front() {
-            printer.print(&event)?;
+        if let Some(record) = cursor.page.pop_front() {
+            printer.print(&record.event, &record.headers)?;
         }
         if let Some(event) = cursor.head(bus, topic)? {
             heap.push(Reverse((event.stored_at, partition, event.offset, index)));
@@ -278,8 +278,8 @@ fn drain<W: Write>(
 ) -> Result<(), BusError> {
     while !printer.done() {
         match subscription.recv_timeout(Duration::from_millis(500)) {
-            Ok(Some(SubscriptionItem::Record { event, .. })) => {
-                printer.print(&event)?;
+            Ok(Some(SubscriptionItem::Record { event, headers, .. })) => {
+                printer.print(&event, &headers)?;
                 printer.out.flush()?;
             }
             Ok(Some(SubscriptionItem::Lagged {

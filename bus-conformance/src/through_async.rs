@@ -6,8 +6,9 @@
 use std::future::Future;
 
 use bus_core::{
-    AsyncEventBus, BatchRecord, BusError, Capabilities, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, TopicSpec,
+    AsyncEventBus, BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, TopicSpec,
 };
 
 /// A bus whose [`EventBus`] methods run through its [`AsyncEventBus`]
@@ -114,6 +115,31 @@ impl<B: EventBus + AsyncEventBus> EventBus for ThroughAsync<B> {
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
         self.wait(AsyncEventBus::fetch(
+            &self.bus, topic, partition, offset, max,
+        ))
+    }
+
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        self.wait(AsyncEventBus::publish_with_headers(
+            &self.bus, topic, key, value, event_uid, headers,
+        ))
+    }
+
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        self.wait(AsyncEventBus::fetch_with_headers(
             &self.bus, topic, partition, offset, max,
         ))
     }

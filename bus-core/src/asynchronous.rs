@@ -40,7 +40,8 @@ use std::pin::Pin;
 
 use crate::subscription::{Selector, StartAt, SubscribeOptions, SubscriptionStream};
 use crate::{
-    BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, StoredEvent, TopicSpec,
+    BatchRecord, BusError, Headers, Manifest, PartitionOffsets, PublishAck, StoredEvent,
+    StoredRecord, TopicSpec,
 };
 
 /// A boxed, `Send` future: what every [`AsyncEventBus`] method returns.
@@ -117,6 +118,51 @@ pub trait AsyncEventBus: Send + Sync {
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>>;
 
+    /// `EventBus::publish_with_headers` (C25), with the same default: empty
+    /// headers are a plain publish, others [`BusError::Unsupported`] until
+    /// the backend stores them.
+    fn publish_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: Option<&'a str>,
+        headers: &'a Headers,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            if !headers.is_empty() {
+                headers.validate()?;
+                return Err(BusError::Unsupported {
+                    operation: "publish_with_headers".to_owned(),
+                    backend: "async".to_owned(),
+                });
+            }
+            match event_uid {
+                Some(uid) => self.publish_idempotent(topic, key, value, uid).await,
+                None => self.publish(topic, key, value).await,
+            }
+        })
+    }
+
+    /// `EventBus::fetch_with_headers` (C25); the default gives every record
+    /// empty headers.
+    fn fetch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
+        Box::pin(async move {
+            Ok(self
+                .fetch(topic, partition, offset, max)
+                .await?
+                .into_iter()
+                .map(StoredRecord::from)
+                .collect())
+        })
+    }
+
     /// `EventBus::offsets`.
     fn offsets<'a>(
         &'a self,
@@ -172,6 +218,12 @@ macro_rules! forward_async_event_bus {
             }
             fn find_event_by_uid<'a>(&'a self, topic: &'a str, key: &'a str, event_uid: &'a str) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
                 (**self).find_event_by_uid(topic, key, event_uid)
+            }
+            fn publish_with_headers<'a>(&'a self, topic: &'a str, key: &'a str, value: &'a serde_json::Value, event_uid: Option<&'a str>, headers: &'a Headers) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+                (**self).publish_with_headers(topic, key, value, event_uid, headers)
+            }
+            fn fetch_with_headers<'a>(&'a self, topic: &'a str, partition: u32, offset: u64, max: usize) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
+                (**self).fetch_with_headers(topic, partition, offset, max)
             }
             fn offsets<'a>(&'a self, topic: &'a str, partition: u32) -> BoxFuture<'a, Result<PartitionOffsets, BusError>> {
                 (**self).offsets(topic, partition)
@@ -250,6 +302,31 @@ impl AsyncEventBus for crate::memory::MemoryBus {
         event_uid: &'a str,
     ) -> BoxFuture<'a, Result<Option<PublishAck>, BusError>> {
         Box::pin(async move { crate::EventBus::find_event_by_uid(self, topic, key, event_uid) })
+    }
+
+    fn publish_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: Option<&'a str>,
+        headers: &'a Headers,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            crate::EventBus::publish_with_headers(self, topic, key, value, event_uid, headers)
+        })
+    }
+
+    fn fetch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
+        Box::pin(
+            async move { crate::EventBus::fetch_with_headers(self, topic, partition, offset, max) },
+        )
     }
 
     fn offsets<'a>(

@@ -5,6 +5,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use secrecy::{ExposeSecret, SecretBox};
 use sha2::Sha256;
 
+use crate::Headers;
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Length of a record tag in bytes.
@@ -37,6 +39,11 @@ impl std::fmt::Debug for RecordAuth {
 /// Domain-separation label of tags that also cover a record's place in its
 /// log ([`RecordAuth::tag_at`]), so such a tag never verifies as a plain one.
 const PLACED_LABEL: &[u8] = b"bus/record-at/v2";
+
+/// Starts the headers section of a tag (C25). A tag without one ends
+/// right after the length-prefixed value, so no record without headers
+/// hashes the same bytes as one with them.
+const HEADERS_LABEL: &[u8] = b"bus/headers/v1";
 
 /// Where a record sits in its log, for a backend that knows it before it
 /// writes the record's tag (PostgreSQL assigns the offset inside the
@@ -106,6 +113,81 @@ impl RecordAuth {
     /// (constant-time comparison).
     pub fn verify_at(&self, parts: RecordParts<'_>, place: RecordPlace, tag: &[u8]) -> bool {
         self.mac_at(parts, place).verify_slice(tag).is_ok()
+    }
+
+    /// The tag of `parts` with `headers` (C25). Without headers it is
+    /// exactly [`Self::tag`] of `parts`, so every record stored before
+    /// headers existed still verifies; with them, a length-prefixed headers
+    /// section follows the value under its own label.
+    pub fn tag_with(&self, parts: RecordParts<'_>, headers: &Headers) -> [u8; TAG_LEN] {
+        let mut mac = self.mac(parts);
+        Self::headers(&mut mac, headers);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the [`Self::tag_with`] of `parts` and `headers`
+    /// (constant-time comparison).
+    pub fn verify_with(&self, parts: RecordParts<'_>, headers: &Headers, tag: &[u8]) -> bool {
+        let mut mac = self.mac(parts);
+        Self::headers(&mut mac, headers);
+        mac.verify_slice(tag).is_ok()
+    }
+
+    /// [`Self::check`] of a record with headers.
+    pub fn check_with(
+        &self,
+        parts: RecordParts<'_>,
+        headers: &Headers,
+        tag: Option<&[u8]>,
+    ) -> Result<(), TagFault> {
+        match tag {
+            None => Err(TagFault::Missing),
+            Some(tag) if self.verify_with(parts, headers, tag) => Ok(()),
+            Some(_) => Err(TagFault::Mismatch),
+        }
+    }
+
+    /// [`Self::tag_at`] with `headers`, equal to it without headers.
+    pub fn tag_at_with(
+        &self,
+        parts: RecordParts<'_>,
+        headers: &Headers,
+        place: RecordPlace,
+    ) -> [u8; TAG_LEN] {
+        let mut mac = self.mac_at(parts, place);
+        Self::headers(&mut mac, headers);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Whether `tag` is the [`Self::tag_at_with`] of `parts`, `headers` at
+    /// `place`.
+    pub fn verify_at_with(
+        &self,
+        parts: RecordParts<'_>,
+        headers: &Headers,
+        place: RecordPlace,
+        tag: &[u8],
+    ) -> bool {
+        let mut mac = self.mac_at(parts, place);
+        Self::headers(&mut mac, headers);
+        mac.verify_slice(tag).is_ok()
+    }
+
+    /// Nothing for no headers (the tag of a record without headers is the
+    /// one it always had); else the label, the count and each name and
+    /// value length-prefixed, in name order.
+    fn headers(mac: &mut HmacSha256, headers: &Headers) {
+        if headers.is_empty() {
+            return;
+        }
+        mac.update(HEADERS_LABEL);
+        mac.update(&(headers.len() as u64).to_be_bytes());
+        for (name, value) in headers.iter() {
+            mac.update(&(name.len() as u64).to_be_bytes());
+            mac.update(name.as_bytes());
+            mac.update(&(value.len() as u64).to_be_bytes());
+            mac.update(value.as_bytes());
+        }
     }
 
     fn mac_at(&self, parts: RecordParts<'_>, place: RecordPlace) -> HmacSha256 {
@@ -183,6 +265,7 @@ pub fn from_hex(text: &str) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn parts<'a>(value: &'a [u8]) -> RecordParts<'a> {
@@ -277,6 +360,38 @@ mod tests {
             assert!(!auth.verify_at(parts(b"{}"), moved, &tag));
         }
         assert!(!auth.verify_at(parts(b"{ }"), place, &tag));
+    }
+
+    #[test]
+    fn headers_are_covered_and_no_headers_changes_nothing() {
+        let auth = RecordAuth::new(&[5; 32]);
+        let none = Headers::new();
+        assert_eq!(auth.tag_with(parts(b"{}"), &none), auth.tag(parts(b"{}")));
+        let place = RecordPlace {
+            offset: 1,
+            stored_at: 2,
+        };
+        assert_eq!(
+            auth.tag_at_with(parts(b"{}"), &none, place),
+            auth.tag_at(parts(b"{}"), place)
+        );
+        let headers = Headers::try_from_pairs([("a", "1"), ("b", "2")]).unwrap();
+        let tag = auth.tag_with(parts(b"{}"), &headers);
+        assert_ne!(tag, auth.tag(parts(b"{}")));
+        assert!(auth.verify_with(parts(b"{}"), &headers, &tag));
+        assert!(!auth.verify(parts(b"{}"), &tag), "dropping headers fails");
+        for forged in [
+            Headers::try_from_pairs([("a", "1"), ("b", "3")]).unwrap(),
+            Headers::try_from_pairs([("a", "1")]).unwrap(),
+            Headers::try_from_pairs([("a", "1"), ("b", "2"), ("c", "")]).unwrap(),
+            Headers::try_from_pairs([("a", "12"), ("b", "")]).unwrap(),
+        ] {
+            assert!(!auth.verify_with(parts(b"{}"), &forged, &tag), "{forged:?}");
+        }
+        assert_eq!(auth.check_with(parts(b"{}"), &headers, Some(&tag)), Ok(()));
+        let placed = auth.tag_at_with(parts(b"{}"), &headers, place);
+        assert!(auth.verify_at_with(parts(b"{}"), &headers, place, &placed));
+        assert!(!auth.verify_at(parts(b"{}"), place, &placed));
     }
 
     #[test]

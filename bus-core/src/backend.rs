@@ -24,7 +24,7 @@
 pub use crate::bus::FetchFeed;
 pub use crate::partition::fnv1a64;
 pub use crate::percent::{percent_decode, percent_encode};
-pub use crate::prepare::{PreparedRecord, prepare_record, uid_partition};
+pub use crate::prepare::{PreparedRecord, prepare_record, prepare_record_with, uid_partition};
 pub use crate::record::{
     MAX_JSON_DEPTH, RawRecord, check_partition, encode_value, json_depth, validate_key,
     validate_topic, validate_uid,

@@ -1,7 +1,9 @@
 //! The `EventBus` trait: the portability boundary every backend implements.
 
 use crate::subscription::{Feed, Selector, StartAt, SubscribeOptions, Subscription};
-use crate::{BusError, Capabilities, Manifest, PublishAck, StoredEvent, partition_for};
+use crate::{
+    BusError, Capabilities, Headers, Manifest, PublishAck, StoredEvent, StoredRecord, partition_for,
+};
 
 /// One record of a batch publish.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +193,53 @@ pub trait EventBus: Send + Sync {
             .collect()
     }
 
+    /// Publishes `value` with `headers` (C25), under `event_uid` when given
+    /// (as [`EventBus::publish_idempotent`]): the headers are checked
+    /// against the limits of [`Headers`] (nothing is stored when they
+    /// break one), stored in the backend's native place and covered by
+    /// the record's tag.
+    ///
+    /// The default takes empty headers as a plain publish and refuses
+    /// others as [`BusError::Unsupported`]: a backend that does not store
+    /// headers never drops them silently.
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        if !headers.is_empty() {
+            headers.validate()?;
+            return Err(BusError::Unsupported {
+                operation: "publish_with_headers".to_owned(),
+                backend: self.capabilities().backend.to_owned(),
+            });
+        }
+        match event_uid {
+            Some(uid) => self.publish_idempotent(topic, key, value, uid),
+            None => self.publish(topic, key, value),
+        }
+    }
+
+    /// [`EventBus::fetch`] with each record's headers (C25). The default
+    /// fetches and gives every record empty headers, which is right for a
+    /// backend whose [`EventBus::publish_with_headers`] refuses headers.
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        Ok(self
+            .fetch(topic, partition, offset, max)?
+            .into_iter()
+            .map(StoredRecord::from)
+            .collect())
+    }
+
     /// A live subscription to `topic` (contract C17–C19): the records the
     /// `selector` picks, from `start` on, history then the live tail, each
     /// once and in partition order. See [`Subscription`].
@@ -237,6 +286,25 @@ impl<B: EventBus + 'static> Feed for FetchFeed<B> {
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
         self.bus.fetch(&self.topic, partition, from, max)
+    }
+
+    fn read_records(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        self.bus
+            .fetch_with_headers(&self.topic, partition, from, max)
+    }
+
+    fn read_records_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        self.read_records(partition, from, max)
     }
 
     fn head(&mut self, partition: u32) -> Result<u64, BusError> {
@@ -289,6 +357,12 @@ macro_rules! forward_event_bus {
             }
             fn subscribe(&self, topic: &str, selector: Selector, start: StartAt, options: SubscribeOptions) -> Result<Subscription, BusError> {
                 (**self).subscribe(topic, selector, start, options)
+            }
+            fn publish_with_headers(&self, topic: &str, key: &str, value: &serde_json::Value, event_uid: Option<&str>, headers: &Headers) -> Result<PublishAck, BusError> {
+                (**self).publish_with_headers(topic, key, value, event_uid, headers)
+            }
+            fn fetch_with_headers(&self, topic: &str, partition: u32, offset: u64, max: usize) -> Result<Vec<StoredRecord>, BusError> {
+                (**self).fetch_with_headers(topic, partition, offset, max)
             }
         }
     };

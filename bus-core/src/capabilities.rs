@@ -54,6 +54,9 @@ pub struct Capabilities {
     pub native_batch: bool,
     /// What an ack guarantees about durability.
     pub ack_durability: AckDurability,
+    /// Records carry headers (C25): `publish_with_headers` stores them and
+    /// fetch, subscriptions and consumers return them.
+    pub headers: bool,
 }
 
 impl Capabilities {
@@ -68,6 +71,7 @@ impl Capabilities {
             exclusive_open: false,
             native_batch: false,
             ack_durability: AckDurability::Unknown,
+            headers: false,
         }
     }
 
@@ -117,6 +121,13 @@ impl Capabilities {
     #[must_use]
     pub fn ack_durability(mut self, durability: AckDurability) -> Self {
         self.ack_durability = durability;
+        self
+    }
+
+    /// Sets `headers`.
+    #[must_use]
+    pub fn headers(mut self, yes: bool) -> Self {
+        self.headers = yes;
         self
     }
 }

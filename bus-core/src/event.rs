@@ -65,3 +65,27 @@ pub fn now_ms() -> u64 {
         .unwrap_or_default();
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// A stored event with its headers (C25): what
+/// [`EventBus::fetch_with_headers`](crate::EventBus::fetch_with_headers)
+/// returns, and what subscriptions and consumers deliver beside the
+/// [`StoredEvent`] (which keeps the reference's exact shape).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredRecord {
+    /// The event, as [`EventBus::fetch`](crate::EventBus::fetch) returns it.
+    #[serde(flatten)]
+    pub event: StoredEvent,
+    /// Its headers; empty for a record published without any.
+    #[serde(default, skip_serializing_if = "crate::Headers::is_empty")]
+    pub headers: crate::Headers,
+}
+
+impl From<StoredEvent> for StoredRecord {
+    /// The event with no headers.
+    fn from(event: StoredEvent) -> Self {
+        Self {
+            event,
+            headers: crate::Headers::new(),
+        }
+    }
+}

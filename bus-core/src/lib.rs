@@ -11,6 +11,7 @@ mod error;
 mod event;
 #[cfg(feature = "connector")]
 mod executor;
+mod headers;
 mod manifest;
 pub mod memory;
 mod metrics;
@@ -30,7 +31,11 @@ pub use asynchronous::{AsyncEventBus, BoxFuture};
 pub use bus::{BatchRecord, EventBus, EventBusExt, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
-pub use event::{PublishAck, StoredEvent, embedded_uid, now_ms, resolve_uid};
+pub use event::{PublishAck, StoredEvent, StoredRecord, embedded_uid, now_ms, resolve_uid};
+pub use headers::{
+    Headers, MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES,
+    RESERVED_HEADER_PREFIXES, is_reserved_header,
+};
 pub use manifest::{
     Compression, DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, InvalidName, MAX_PARTITIONS,
     MAX_RECORD_BYTES_LIMIT, Manifest, TopicSpec, validate_topic_name,

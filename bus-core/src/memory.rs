@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use crate::auth::{RecordAuth, RecordParts};
 use crate::subscription::{Doorbell, Plan};
 use crate::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, TopicSpec,
-    backend::DoorbellRegistry, backend::FetchFeed, backend::PreparedRecord, backend::RawRecord,
-    backend::check_partition, backend::prepare_record, backend::uid_partition,
-    backend::validate_topic, now_ms,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, TopicSpec, backend::DoorbellRegistry, backend::FetchFeed,
+    backend::PreparedRecord, backend::RawRecord, backend::check_partition, backend::prepare_record,
+    backend::prepare_record_with, backend::uid_partition, backend::validate_topic, now_ms,
 };
 
 /// An in-process bus. Handles made by [`MemoryBus::handle`] share one store,
@@ -101,6 +101,8 @@ struct Record {
     value: Vec<u8>,
     stored_at: u64,
     tag: Option<Vec<u8>>,
+    /// Covered by `tag` (C25); empty for most records.
+    headers: Headers,
     /// `value` decoded by the first read, shared by the later ones: with
     /// 256 subscribers a record is parsed once, not 256 times. `None`:
     /// not JSON (a raw injected record), an integrity error for every read.
@@ -151,6 +153,7 @@ impl MemoryBus {
                 value: raw.value,
                 stored_at: now_ms(),
                 tag: raw.tag,
+                headers: raw.headers,
                 decoded: OnceLock::new(),
             },
             false,
@@ -173,6 +176,7 @@ impl MemoryBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
         let topic = self.store.topic(topic_name)?;
         let auth = self.auth();
@@ -180,9 +184,10 @@ impl MemoryBus {
             partition,
             uid,
             value: bytes,
+            headers,
             tag,
             ..
-        } = prepare_record(&topic.spec, key, value, uid, auth.as_ref())?;
+        } = prepare_record_with(&topic.spec, key, value, uid, headers, auth.as_ref())?;
         let mut log = topic.partition_mut(partition)?;
         let ack = |offset| PublishAck {
             topic: topic_name.to_owned(),
@@ -206,6 +211,7 @@ impl MemoryBus {
                 value: bytes,
                 stored_at: now_ms(),
                 tag,
+                headers,
                 decoded: OnceLock::new(),
             },
             true,
@@ -268,7 +274,7 @@ impl Partition {
             uid: record.uid.as_deref(),
             value: &record.value,
         };
-        auth.check(parts, record.tag.as_deref())
+        auth.check_with(parts, &record.headers, record.tag.as_deref())
             .is_ok()
             .then_some(offset)
     }
@@ -311,7 +317,7 @@ impl EventBus for MemoryBus {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
+        self.publish_one(topic, key, value, None, &Headers::new())
     }
 
     /// A malformed UID is refused before anything is written (contract C12).
@@ -323,7 +329,22 @@ impl EventBus for MemoryBus {
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
         crate::backend::validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
+        self.publish_one(topic, key, value, Some(event_uid), &Headers::new())
+    }
+
+    /// Headers live beside the record in memory, under its tag (C25).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        if let Some(uid) = event_uid {
+            crate::backend::validate_uid(uid)?;
+        }
+        self.publish_one(topic, key, value, event_uid, headers)
     }
     fn find_event_by_uid(
         &self,
@@ -350,6 +371,20 @@ impl EventBus for MemoryBus {
         offset: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(self
+            .fetch_with_headers(topic_name, partition, offset, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
+    }
+
+    fn fetch_with_headers(
+        &self,
+        topic_name: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let topic = self.store.topic(topic_name)?;
         let records: Vec<Arc<Record>> = {
             let log = topic.partition(partition)?;
@@ -379,7 +414,7 @@ impl EventBus for MemoryBus {
                         uid: record.uid.as_deref(),
                         value: &record.value,
                     };
-                    auth.check(parts, record.tag.as_deref())
+                    auth.check_with(parts, &record.headers, record.tag.as_deref())
                         .map_err(|fault| integrity(fault.reason()))?;
                 }
                 let value = record
@@ -387,12 +422,15 @@ impl EventBus for MemoryBus {
                     .get_or_init(|| serde_json::from_slice(&record.value).ok())
                     .clone()
                     .ok_or_else(|| integrity("value is not valid JSON"))?;
-                Ok(StoredEvent {
-                    partition,
-                    offset: record.offset,
-                    key: record.key.clone(),
-                    value,
-                    stored_at: record.stored_at,
+                Ok(StoredRecord {
+                    event: StoredEvent {
+                        partition,
+                        offset: record.offset,
+                        key: record.key.clone(),
+                        value,
+                        stored_at: record.stored_at,
+                    },
+                    headers: record.headers.clone(),
                 })
             })
             .collect()
@@ -465,6 +503,7 @@ impl EventBus for MemoryBus {
     fn capabilities(&self) -> Capabilities {
         Capabilities::minimal("memory")
             .ack_durability(crate::AckDurability::None)
+            .headers(true)
             .dedup_horizon(DedupHorizon::Retained)
             .maintenance_retention(true)
     }
@@ -490,7 +529,13 @@ impl EventBus for MemoryBus {
         records
             .iter()
             .map(|record| {
-                self.publish_one(topic, &record.key, &record.value, record.uid.as_deref())
+                self.publish_one(
+                    topic,
+                    &record.key,
+                    &record.value,
+                    record.uid.as_deref(),
+                    &Headers::new(),
+                )
             })
             .collect()
     }

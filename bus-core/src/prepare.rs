@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::auth::{RecordAuth, RecordParts, TAG_LEN};
 use crate::{
-    BusError, TopicSpec, backend::encode_value, backend::validate_key, backend::validate_uid,
-    partition_for, resolve_uid,
+    BusError, Headers, TopicSpec, backend::encode_value, backend::validate_key,
+    backend::validate_uid, partition_for, resolve_uid,
 };
 
 /// A record checked, encoded, placed and signed; nothing stored yet.
@@ -23,7 +23,10 @@ pub struct PreparedRecord<'a> {
     pub uid: Option<&'a str>,
     /// The value's JSON bytes, within the topic's depth and size limits.
     pub value: Vec<u8>,
-    /// The record's authentication tag, when a control key is set.
+    /// The record's headers, checked (C25); empty for most records.
+    pub headers: Headers,
+    /// The record's authentication tag, when a control key is set: over
+    /// the headers too, when there are any.
     pub tag: Option<[u8; TAG_LEN]>,
 }
 
@@ -39,6 +42,24 @@ pub fn prepare_record<'a>(
     uid: Option<&'a str>,
     auth: Option<&RecordAuth>,
 ) -> Result<PreparedRecord<'a>, BusError> {
+    prepare_record_with(spec, key, value, uid, &Headers::new(), auth)
+}
+
+/// [`prepare_record`] of a record with `headers` (C25): they are checked
+/// against every limit and covered by the tag.
+///
+/// # Errors
+/// As [`prepare_record`], and `InvalidArgument` (field `headers`) for
+/// headers over a limit.
+pub fn prepare_record_with<'a>(
+    spec: &TopicSpec,
+    key: &'a str,
+    value: &'a Value,
+    uid: Option<&'a str>,
+    headers: &Headers,
+    auth: Option<&RecordAuth>,
+) -> Result<PreparedRecord<'a>, BusError> {
+    headers.validate()?;
     validate_key(key)?;
     let uid = resolve_uid(value, uid)?;
     if let Some(uid) = uid {
@@ -47,19 +68,23 @@ pub fn prepare_record<'a>(
     let value = encode_value(&spec.name, value, spec.max_record_bytes)?;
     let partition = partition_for(key, spec.partitions);
     let tag = auth.map(|auth| {
-        auth.tag(RecordParts {
-            topic: &spec.name,
-            partition,
-            key,
-            uid,
-            value: &value,
-        })
+        auth.tag_with(
+            RecordParts {
+                topic: &spec.name,
+                partition,
+                key,
+                uid,
+                value: &value,
+            },
+            headers,
+        )
     });
     Ok(PreparedRecord {
         partition,
         key,
         uid,
         value,
+        headers: headers.clone(),
         tag,
     })
 }

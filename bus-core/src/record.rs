@@ -242,7 +242,7 @@ mod tests {
 /// with write access to the storage) would: no signing, no checks. What the
 /// suite's contract-C14 cases inject, and what a backend's injection hook
 /// takes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawRecord {
     /// Partition key.
     pub key: String,
@@ -252,4 +252,6 @@ pub struct RawRecord {
     pub value: Vec<u8>,
     /// Authentication tag, if any.
     pub tag: Option<Vec<u8>>,
+    /// Headers as they would be stored (C25), unchecked.
+    pub headers: crate::Headers,
 }

@@ -5,8 +5,8 @@
 use crate::consumer::{ConsumeOptions, Consumer, ConsumerInfo, DurableConsumers};
 use crate::subscription::{Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
-    BatchRecord, BusError, Capabilities, EventBus, Manifest, PartitionOffsets, PublishAck,
-    StoredEvent, TopicSpec,
+    BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest, PartitionOffsets, PublishAck,
+    StoredEvent, StoredRecord, TopicSpec,
 };
 
 /// A bus whose operations each run in a `tracing` span of the bus span
@@ -230,6 +230,34 @@ impl<B: EventBus> EventBus for Traced<B> {
             .in_scope(|| self.inner.fetch(topic, partition, offset, max))
     }
 
+    /// In the `bus.publish` span: headers are a publish's argument, not
+    /// another operation (C25).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        op_span!(self, publish, topic).in_scope(|| {
+            self.inner
+                .publish_with_headers(topic, key, value, event_uid, headers)
+        })
+    }
+
+    /// In the `bus.fetch` span.
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        op_span!(self, fetch, topic, partition, offset, max)
+            .in_scope(|| self.inner.fetch_with_headers(topic, partition, offset, max))
+    }
+
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
         self.inner.partitions(topic)
     }
@@ -286,8 +314,8 @@ mod asynchronous {
     use super::Traced;
     use crate::subscription::{Selector, StartAt, SubscribeOptions, SubscriptionStream};
     use crate::{
-        AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
-        StoredEvent, TopicSpec,
+        AsyncEventBus, BatchRecord, BoxFuture, BusError, Headers, Manifest, PartitionOffsets,
+        PublishAck, StoredEvent, StoredRecord, TopicSpec,
     };
 
     /// Each future runs in the span the sync surface opens for the same
@@ -353,6 +381,37 @@ mod asynchronous {
             Box::pin(
                 self.inner
                     .find_event_by_uid(topic, key, event_uid)
+                    .instrument(span),
+            )
+        }
+
+        fn publish_with_headers<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            value: &'a serde_json::Value,
+            event_uid: Option<&'a str>,
+            headers: &'a Headers,
+        ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+            let span = op_span!(self, publish, topic);
+            Box::pin(
+                self.inner
+                    .publish_with_headers(topic, key, value, event_uid, headers)
+                    .instrument(span),
+            )
+        }
+
+        fn fetch_with_headers<'a>(
+            &'a self,
+            topic: &'a str,
+            partition: u32,
+            offset: u64,
+            max: usize,
+        ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
+            let span = op_span!(self, fetch, topic, partition, offset, max);
+            Box::pin(
+                self.inner
+                    .fetch_with_headers(topic, partition, offset, max)
                     .instrument(span),
             )
         }

@@ -10,11 +10,14 @@
 //! async surface must be used from inside a tokio runtime.
 
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Manifest, PublishAck, Selector,
-    StartAt, SubscribeOptions, SubscriptionStream,
+    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Headers, Manifest, PublishAck,
+    Selector, StartAt, SubscribeOptions, SubscriptionStream,
 };
 
 use crate::bus::EmbeddedBus;
+
+/// The headers of a publish without any.
+static NO_HEADERS: Headers = Headers::new();
 
 impl EmbeddedBus {
     /// Runs `work` on a handle of this bus on the runtime's blocking pool.
@@ -34,8 +37,9 @@ impl EmbeddedBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        let one = self.one_record(topic_name, key, value, uid)?;
+        let one = self.one_record(topic_name, key, value, uid, headers)?;
         let answer = one
             .topic
             .partition(one.partition)?
@@ -84,7 +88,7 @@ impl AsyncEventBus for EmbeddedBus {
         key: &'a str,
         value: &'a serde_json::Value,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, key, value, None))
+        Box::pin(self.publish_one_async(topic, key, value, None, &NO_HEADERS))
     }
 
     /// A malformed UID is refused before anything is queued (contract C12).
@@ -97,7 +101,7 @@ impl AsyncEventBus for EmbeddedBus {
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
             bus_core::backend::validate_uid(event_uid)?;
-            self.publish_one_async(topic, key, value, Some(event_uid))
+            self.publish_one_async(topic, key, value, Some(event_uid), &NO_HEADERS)
                 .await
         })
     }
@@ -108,6 +112,37 @@ impl AsyncEventBus for EmbeddedBus {
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
         Box::pin(self.publish_batch_async(topic, records))
+    }
+
+    /// Headers in the frame (C25), through the same group commit.
+    fn publish_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: Option<&'a str>,
+        headers: &'a Headers,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            if let Some(uid) = event_uid {
+                bus_core::backend::validate_uid(uid)?;
+            }
+            self.publish_one_async(topic, key, value, event_uid, headers)
+                .await
+        })
+    }
+
+    fn fetch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<bus_core::StoredRecord>, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking("fetch", move |bus| {
+            EventBus::fetch_with_headers(&bus, &topic, partition, offset, max)
+        }))
     }
 
     fn fetch<'a>(

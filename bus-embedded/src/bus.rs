@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use bus_core::auth::RecordAuth;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    backend::check_partition, backend::uid_partition,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, backend::check_partition, backend::uid_partition,
 };
 
 use crate::fsutil;
@@ -229,7 +229,7 @@ impl EventBus for EmbeddedBus {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
+        self.publish_one(topic, key, value, None, &Headers::new())
     }
 
     /// A malformed UID is refused before anything is written (contract C12).
@@ -241,7 +241,50 @@ impl EventBus for EmbeddedBus {
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
         bus_core::backend::validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
+        self.publish_one(topic, key, value, Some(event_uid), &Headers::new())
+    }
+
+    /// Headers travel in the record's frame (C25, record flag bit 2).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        if let Some(uid) = event_uid {
+            bus_core::backend::validate_uid(uid)?;
+        }
+        self.publish_one(topic, key, value, event_uid, headers)
+    }
+
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        let topic = self.inner.topic(topic)?;
+        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let auth = self.inner.auth();
+        #[cfg(feature = "cold")]
+        return crate::cold::fetch(
+            &self.inner,
+            &topic.spec.name,
+            partition,
+            offset,
+            max,
+            auth.as_ref(),
+        );
+        #[cfg(not(feature = "cold"))]
+        self.inner
+            .readable(&topic.spec.name, partition)?
+            .fetch(offset, max, auth.as_ref())
     }
     fn find_event_by_uid(
         &self,
@@ -269,25 +312,11 @@ impl EventBus for EmbeddedBus {
         offset: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
-        let topic = self.inner.topic(topic)?;
-        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let auth = self.inner.auth();
-        #[cfg(feature = "cold")]
-        return crate::cold::fetch(
-            &self.inner,
-            &topic.spec.name,
-            partition,
-            offset,
-            max,
-            auth.as_ref(),
-        );
-        #[cfg(not(feature = "cold"))]
-        self.inner
-            .readable(&topic.spec.name, partition)?
-            .fetch(offset, max, auth.as_ref())
+        Ok(self
+            .fetch_with_headers(topic, partition, offset, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
     }
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         Ok(self.inner.readable(topic, partition)?.offsets())
@@ -371,6 +400,7 @@ impl EventBus for EmbeddedBus {
             .maintenance_retention(true)
             .exclusive_open(true)
             .native_batch(true)
+            .headers(true)
             .ack_durability(match self.inner.options.durability {
                 Durability::Sync => bus_core::AckDurability::Disk,
                 Durability::Interval(_) => bus_core::AckDurability::None,

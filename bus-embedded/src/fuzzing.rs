@@ -147,6 +147,7 @@ fn new_records(records: &[Record]) -> Vec<NewRecord> {
             key: r.key.clone(),
             uid: r.uid.clone(),
             tag: r.tag.clone(),
+            headers: Vec::new(),
             value: r.value.clone(),
         })
         .collect()

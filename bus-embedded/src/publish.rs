@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BatchRecord, BusError, PublishAck, backend::prepare_record};
+use bus_core::{BatchRecord, BusError, Headers, PublishAck, backend::prepare_record_with};
 
 use crate::bus::EmbeddedBus;
-use crate::log::frame::NewRecord;
+use crate::log::frame::{NewRecord, encode_headers};
 use crate::topics::Topic;
 
 /// A batch's records by partition: their positions in the batch and the
@@ -49,6 +49,7 @@ impl EmbeddedBus {
                 &record.key,
                 &record.value,
                 record.uid.as_deref(),
+                &Headers::new(),
                 auth,
             )?;
             let group = groups.entry(partition).or_default();
@@ -64,9 +65,12 @@ impl EmbeddedBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
         auth: Option<&RecordAuth>,
     ) -> Result<(u32, NewRecord), BusError> {
-        let record = prepare_record(&topic.spec, key, value, uid, auth)?;
+        let record = prepare_record_with(&topic.spec, key, value, uid, headers, auth)?;
+        let encoded = encode_headers(&record.headers)
+            .map_err(|reason| BusError::invalid("headers", reason))?;
         let (partition, uid, bytes) = (record.partition, record.uid, record.value);
         let tag = record.tag.map(|tag| tag.to_vec());
         Ok((
@@ -75,6 +79,7 @@ impl EmbeddedBus {
                 key: key.to_owned(),
                 uid: uid.map(str::to_owned),
                 tag,
+                headers: encoded,
                 value: bytes,
             },
         ))
@@ -89,6 +94,7 @@ impl EmbeddedBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<OneRecord, BusError> {
         self.inner.writable(if uid.is_some() {
             "publish_idempotent"
@@ -97,7 +103,7 @@ impl EmbeddedBus {
         })?;
         let topic = self.inner.topic(topic_name)?;
         let auth = self.inner.auth();
-        let (partition, record) = self.record(&topic, key, value, uid, auth.as_ref())?;
+        let (partition, record) = self.record(&topic, key, value, uid, headers, auth.as_ref())?;
         Ok(OneRecord {
             topic,
             partition,
@@ -112,8 +118,9 @@ impl EmbeddedBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        let one = self.one_record(topic_name, key, value, uid)?;
+        let one = self.one_record(topic_name, key, value, uid, headers)?;
         let offsets = one
             .topic
             .partition(one.partition)?

@@ -8,8 +8,8 @@ use std::sync::{Arc, Weak};
 
 use bus_core::backend::Plan;
 use bus_core::{
-    BusError, EventBus, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    backend::Feed,
+    BusError, EventBus, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, backend::Feed,
 };
 
 use crate::inner::Inner;
@@ -59,6 +59,20 @@ impl Feed for LogFeed {
         from: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(self
+            .read_records(partition, from, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
+    }
+
+    /// The records with their headers (C25): what the subscription reads.
+    fn read_records(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let Some(inner) = self.inner.upgrade() else {
             return Ok(Vec::new());
         };

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use bus_core::BusError;
+use bus_core::{BusError, Headers};
 
 use crate::bus::EmbeddedBus;
-use crate::log::frame::NewRecord;
+use crate::log::frame::{NewRecord, encode_headers};
 
 pub use crate::options::FileLayer;
 
@@ -22,6 +22,23 @@ pub fn append_raw_record(
     value: &[u8],
     tag: Option<&[u8]>,
 ) -> Result<u64, BusError> {
+    append_raw_record_with_headers(dir, topic, partition, key, uid, value, tag, &Headers::new())
+}
+
+/// [`append_raw_record`] of a record that carries `headers` (C25),
+/// unchecked, as a foreign writer could store them.
+#[allow(clippy::too_many_arguments)]
+pub fn append_raw_record_with_headers(
+    dir: &Path,
+    topic: &str,
+    partition: u32,
+    key: &str,
+    uid: Option<&str>,
+    value: &[u8],
+    tag: Option<&[u8]>,
+    headers: &Headers,
+) -> Result<u64, BusError> {
+    let headers = encode_headers(headers).map_err(|reason| BusError::invalid("headers", reason))?;
     let bus = EmbeddedBus::open(dir)?;
     bus.append_raw(
         topic,
@@ -30,6 +47,7 @@ pub fn append_raw_record(
             key: key.to_owned(),
             uid: uid.map(str::to_owned),
             tag: tag.map(<[u8]>::to_vec),
+            headers,
             value: value.to_vec(),
         },
     )

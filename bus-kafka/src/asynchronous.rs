@@ -267,6 +267,43 @@ impl AsyncEventBus for KafkaBus {
         }))
     }
 
+    /// On the blocking pool, through the sync publish (C25): a record with
+    /// headers is as rare as it is small, so no async producer path of its own.
+    fn publish_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: Option<&'a str>,
+        headers: &'a bus_core::Headers,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        let (topic, key, value) = (topic.to_owned(), key.to_owned(), value.clone());
+        let (uid, headers) = (event_uid.map(str::to_owned), headers.clone());
+        Box::pin(self.blocking_async("publish", move |bus| {
+            bus_core::EventBus::publish_with_headers(
+                &bus,
+                &topic,
+                &key,
+                &value,
+                uid.as_deref(),
+                &headers,
+            )
+        }))
+    }
+
+    fn fetch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<bus_core::StoredRecord>, BusError>> {
+        let topic = topic.to_owned();
+        Box::pin(self.blocking_async("fetch", move |bus| {
+            bus_core::EventBus::fetch_with_headers(&bus, &topic, partition, offset, max)
+        }))
+    }
+
     fn find_event_by_uid<'a>(
         &'a self,
         topic: &'a str,

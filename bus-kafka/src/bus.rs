@@ -17,9 +17,9 @@ use crate::client::{Delivery, Producer};
 use crate::registry::{Entry, Registry};
 use crate::{KafkaOptions, client, dedup, reader, waker};
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    backend::check_partition, backend::uid_partition,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, backend::check_partition, backend::uid_partition,
 };
 
 use crate::{fetch, topics};
@@ -306,7 +306,7 @@ impl EventBus for KafkaBus {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
+        self.publish_one(topic, key, value, None, &Headers::new())
     }
 
     /// A malformed UID is refused before anything is written (contract C12).
@@ -318,7 +318,36 @@ impl EventBus for KafkaBus {
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
         bus_core::backend::validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
+        self.publish_one(topic, key, value, Some(event_uid), &Headers::new())
+    }
+
+    /// Headers as Kafka record headers beside `bus-uid` and `bus-tag` (C25).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        if let Some(uid) = event_uid {
+            bus_core::backend::validate_uid(uid)?;
+        }
+        self.publish_one(topic, key, value, event_uid, headers)
+    }
+
+    fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(self
+            .fetch_with_headers(topic, partition, offset, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
     }
     fn find_event_by_uid(
         &self,
@@ -369,13 +398,13 @@ impl EventBus for KafkaBus {
             offset,
         }))
     }
-    fn fetch(
+    fn fetch_with_headers(
         &self,
         topic: &str,
         partition: u32,
         offset: u64,
         max: usize,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let entry = self.entry(topic)?;
         check_partition(topic, partition, entry.spec.partitions)?;
         if max == 0 {
@@ -450,6 +479,7 @@ impl EventBus for KafkaBus {
             .durable(true)
             .dedup_horizon(DedupHorizon::Window)
             .native_batch(true)
+            .headers(true)
             .native_retention(self.core.native_retention)
             // A broker never fsyncs by itself: an ack is durable only by
             // replication, which needs three brokers (topics at RF >= 3 get

@@ -70,6 +70,7 @@ pub fn decode(
 ) -> Result<StoredEvent, BusError> {
     let owned = owned(topic, partition, message);
     fetch::decode_one(topic, partition, reader::raw(&owned, message.offset), auth)
+        .map(|record| record.event)
 }
 
 /// The UID dedup would index the message under (`None` when it has none,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bus_core::auth::{RecordAuth, to_hex};
-use bus_core::{BatchRecord, BusError, PublishAck, backend::prepare_record};
+use bus_core::{BatchRecord, BusError, Headers, PublishAck, backend::prepare_record_with};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
@@ -25,6 +25,8 @@ pub(crate) struct Prepared {
     pub value: Vec<u8>,
     pub partition: u32,
     pub tag: Option<String>,
+    /// The caller's headers (C25), produced as Kafka record headers.
+    pub headers: Headers,
 }
 
 /// [`prepare`] of each record of a batch, in order; the first error
@@ -43,6 +45,7 @@ pub(crate) fn prepare_all(
                 &record.key,
                 &record.value,
                 record.uid.as_deref(),
+                &Headers::new(),
             )
         })
         .collect()
@@ -55,14 +58,16 @@ pub(crate) fn prepare(
     key: &str,
     value: &serde_json::Value,
     uid: Option<&str>,
+    headers: &Headers,
 ) -> Result<Prepared, BusError> {
-    let record = prepare_record(&entry.spec, key, value, uid, auth)?;
+    let record = prepare_record_with(&entry.spec, key, value, uid, headers, auth)?;
     Ok(Prepared {
         key: record.key.to_owned(),
         uid: record.uid.map(str::to_owned),
         value: record.value,
         partition: record.partition,
         tag: record.tag.map(|tag| to_hex(tag.as_slice())),
+        headers: record.headers,
     })
 }
 
@@ -101,7 +106,13 @@ pub(crate) fn to_record<'a>(
     record: &'a Prepared,
     ticket: Box<Ticket>,
 ) -> BaseRecord<'a, str, [u8], Box<Ticket>> {
-    let mut headers = OwnedHeaders::new_with_capacity(2);
+    let mut headers = OwnedHeaders::new_with_capacity(2 + record.headers.len());
+    for (name, value) in record.headers.iter() {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value),
+        });
+    }
     if let Some(uid) = &record.uid {
         headers = headers.insert(Header {
             key: UID_HEADER,
@@ -120,7 +131,7 @@ pub(crate) fn to_record<'a>(
         .payload(record.value.as_slice());
     // No header block at all when there is nothing to carry: readers
     // then skip header parsing.
-    if record.uid.is_none() && record.tag.is_none() {
+    if record.uid.is_none() && record.tag.is_none() && record.headers.is_empty() {
         base
     } else {
         base.headers(headers)
@@ -209,9 +220,10 @@ impl KafkaBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
         let entry = self.entry(topic)?;
-        let record = prepare(self.core.auth().as_ref(), &entry, key, value, uid)?;
+        let record = prepare(self.core.auth().as_ref(), &entry, key, value, uid, headers)?;
         let partition = record.partition;
         let ack = |offset| PublishAck {
             topic: topic.to_owned(),

@@ -30,7 +30,7 @@ const STALL: Duration = Duration::from_millis(250);
 
 /// One record as read from Kafka, before any check, borrowed from
 /// librdkafka's buffer (nothing is copied until decoded).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct RawMessage<'a> {
     pub offset: u64,
     pub key: &'a [u8],
@@ -38,6 +38,9 @@ pub(crate) struct RawMessage<'a> {
     pub uid: Option<&'a str>,
     pub tag: Option<&'a [u8]>,
     pub timestamp: Option<i64>,
+    /// The record's other headers than the bus's own, as stored (C25):
+    /// empty (no allocation) for a record without any.
+    pub headers: Vec<(&'a str, &'a [u8])>,
 }
 
 struct Slot {
@@ -364,8 +367,9 @@ pub(crate) fn watermarks(
 pub(crate) fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
     let mut uid = None;
     let mut tag = None;
-    if let Some(headers) = message.headers() {
-        for header in headers.iter() {
+    let mut headers = Vec::new();
+    if let Some(block) = message.headers() {
+        for header in block.iter() {
             match header.key {
                 UID_HEADER => {
                     uid = header
@@ -373,6 +377,9 @@ pub(crate) fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
                         .and_then(|bytes| std::str::from_utf8(bytes).ok())
                 }
                 TAG_HEADER => tag = header.value,
+                name if !bus_core::is_reserved_header(name) => {
+                    headers.push((name, header.value.unwrap_or_default()));
+                }
                 _ => {}
             }
         }
@@ -384,5 +391,6 @@ pub(crate) fn raw<M: Message>(message: &M, offset: u64) -> RawMessage<'_> {
         uid,
         tag,
         timestamp: message.timestamp().to_millis(),
+        headers,
     }
 }

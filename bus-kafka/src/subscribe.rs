@@ -16,7 +16,8 @@ use std::time::Instant;
 use bus_core::backend::Plan;
 use bus_core::backend::sync::lock;
 use bus_core::{
-    BusError, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription, backend::Feed,
+    BusError, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions, Subscription,
+    backend::Feed,
 };
 
 use crate::waker::{Kept, Lookup, Waker, kafka_partition};
@@ -85,7 +86,7 @@ impl KafkaFeed {
         partition: u32,
         from: u64,
         max: usize,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let core = &self.core;
         let auth = core.auth();
         let topic = &self.topic;
@@ -103,7 +104,7 @@ impl KafkaFeed {
 
     /// The records the waker kept, up to the first that failed its checks;
     /// that one is the error when it comes first.
-    fn kept(&self, partition: u32, kept: Vec<Kept>) -> Result<Vec<StoredEvent>, BusError> {
+    fn kept(&self, partition: u32, kept: Vec<Kept>) -> Result<Vec<StoredRecord>, BusError> {
         let mut ready = Vec::with_capacity(kept.len());
         for (offset, decoded) in kept {
             match decoded {
@@ -130,6 +131,25 @@ impl Feed for KafkaFeed {
         from: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(events(self.read_records(partition, from, max)?))
+    }
+
+    fn read_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(events(self.read_records_below_head(partition, from, max)?))
+    }
+
+    /// [`Feed::read`] with the headers (C25): what the subscription reads.
+    fn read_records(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let caught_up = match self.waker.lookup(&self.kafka_topic, partition, from, max) {
             Lookup::Records(kept) if !kept.is_empty() => return self.kept(partition, kept),
             Lookup::Records(_) => true,
@@ -149,12 +169,12 @@ impl Feed for KafkaFeed {
     /// The waker's buffer when it holds `from`, else a fetch from the
     /// broker: the waker can trail the high watermark [`Feed::head`] read,
     /// and its "nothing yet" would cut a key catch-up short (C18).
-    fn read_below_head(
+    fn read_records_below_head(
         &mut self,
         partition: u32,
         from: u64,
         max: usize,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         if let Lookup::Records(kept) = self.waker.lookup(&self.kafka_topic, partition, from, max)
             && !kept.is_empty()
         {
@@ -176,6 +196,11 @@ impl Feed for KafkaFeed {
         )?;
         Ok(high)
     }
+}
+
+/// The events of `records`, their headers dropped.
+fn events(records: Vec<StoredRecord>) -> Vec<StoredEvent> {
+    records.into_iter().map(|record| record.event).collect()
 }
 
 impl Drop for KafkaFeed {

@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bus_core::backend::sync::lock;
-use bus_core::{BusError, StoredEvent, backend::Doorbell};
+use bus_core::{BusError, StoredRecord, backend::Doorbell};
 use futures::FutureExt as _;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -57,7 +57,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 const FETCH_WAIT_MS: u128 = 1_000;
 
 /// A record as the window keeps it: decoded, or why its checks failed.
-pub(crate) type Kept = (u64, Result<StoredEvent, String>);
+pub(crate) type Kept = (u64, Result<StoredRecord, String>);
 
 /// What the window holds for a read.
 pub(crate) enum Lookup {

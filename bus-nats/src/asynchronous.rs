@@ -17,9 +17,9 @@ use std::sync::Arc;
 use async_nats::jetstream;
 use bus_core::backend::executor::bounded;
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PartitionOffsets, PublishAck,
-    Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, backend::check_partition,
-    backend::uid_partition, backend::validate_topic,
+    AsyncEventBus, BatchRecord, BoxFuture, BusError, Headers, Manifest, PartitionOffsets,
+    PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions, SubscriptionStream,
+    backend::check_partition, backend::uid_partition, backend::validate_topic,
 };
 
 use crate::bus::{connect_client, jetstream_of};
@@ -121,13 +121,15 @@ impl NatsBus {
     async fn publish_async(
         &self,
         topic: &str,
-        records: &[(&str, &serde_json::Value, Option<&str>)],
+        records: &[(&str, &serde_json::Value, Option<&str>, &Headers)],
     ) -> Result<Vec<PublishAck>, BusError> {
         bounded("publish", self.shared.timeout, async {
             let state = self.topic_async(topic).await?;
             let prepared = records
                 .iter()
-                .map(|&(key, value, uid)| prepare(&self.shared, &state, key, value, uid))
+                .map(|&(key, value, uid, headers)| {
+                    prepare(&self.shared, &state, key, value, uid, headers)
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             if prepared.is_empty() {
                 return Ok(Vec::new());
@@ -143,8 +145,9 @@ impl NatsBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        self.publish_async(topic, &[(key, value, uid)])
+        self.publish_async(topic, &[(key, value, uid, headers)])
             .await?
             .into_iter()
             .next()
@@ -193,6 +196,9 @@ impl NatsBus {
     }
 }
 
+/// The headers of a publish without any.
+static NO_HEADERS: Headers = Headers::new();
+
 impl AsyncEventBus for NatsBus {
     fn publish<'a>(
         &'a self,
@@ -200,7 +206,7 @@ impl AsyncEventBus for NatsBus {
         key: &'a str,
         value: &'a serde_json::Value,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, key, value, None))
+        Box::pin(self.publish_one_async(topic, key, value, None, &NO_HEADERS))
     }
 
     /// A malformed UID is refused before anything is queued (contract C12).
@@ -213,7 +219,7 @@ impl AsyncEventBus for NatsBus {
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
             bus_core::backend::validate_uid(event_uid)?;
-            self.publish_one_async(topic, key, value, Some(event_uid))
+            self.publish_one_async(topic, key, value, Some(event_uid), &NO_HEADERS)
                 .await
         })
     }
@@ -226,9 +232,27 @@ impl AsyncEventBus for NatsBus {
         Box::pin(async move {
             let records: Vec<_> = records
                 .iter()
-                .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref()))
+                .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref(), &NO_HEADERS))
                 .collect();
             self.publish_async(topic, &records).await
+        })
+    }
+
+    /// Headers as NATS message headers (C25).
+    fn publish_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: Option<&'a str>,
+        headers: &'a Headers,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(async move {
+            if let Some(uid) = event_uid {
+                bus_core::backend::validate_uid(uid)?;
+            }
+            self.publish_one_async(topic, key, value, event_uid, headers)
+                .await
         })
     }
 
@@ -239,6 +263,23 @@ impl AsyncEventBus for NatsBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
+        Box::pin(async move {
+            Ok(self
+                .fetch_with_headers(topic, partition, offset, max)
+                .await?
+                .into_iter()
+                .map(|record| record.event)
+                .collect())
+        })
+    }
+
+    fn fetch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
         Box::pin(bounded("fetch", self.shared.timeout, async move {
             let state = self.topic_async(topic).await?;
             check_partition(topic, partition, state.spec.partitions)?;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bus_core::auth::RecordAuth;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    backend::ConnectorExecutor, backend::check_partition, backend::uid_partition,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, backend::ConnectorExecutor, backend::check_partition, backend::uid_partition,
     backend::validate_topic,
 };
 
@@ -293,6 +293,7 @@ impl NatsBus {
                     &record.key,
                     &record.value,
                     record.uid.as_deref(),
+                    &Headers::new(),
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -308,9 +309,10 @@ impl NatsBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
         let state = self.topic(topic)?;
-        let prepared = prepare(&self.shared, &state, key, value, uid)?;
+        let prepared = prepare(&self.shared, &state, key, value, uid, headers)?;
         let acks = self.run("publish", move |shared| {
             send_all(shared, state, vec![prepared])
         })?;
@@ -332,7 +334,7 @@ impl EventBus for NatsBus {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
+        self.publish_one(topic, key, value, None, &Headers::new())
     }
 
     /// A malformed UID is refused before anything is written (contract C12).
@@ -344,7 +346,40 @@ impl EventBus for NatsBus {
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
         bus_core::backend::validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
+        self.publish_one(topic, key, value, Some(event_uid), &Headers::new())
+    }
+
+    /// Headers as NATS message headers beside the bus's own (C25).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        if let Some(uid) = event_uid {
+            bus_core::backend::validate_uid(uid)?;
+        }
+        self.publish_one(topic, key, value, event_uid, headers)
+    }
+
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        let state = self.topic(topic)?;
+        check_partition(topic, partition, state.spec.partitions)?;
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let messages = self.run("fetch", move |shared| {
+            fetch::fetch(shared, state, partition, offset, max)
+        })?;
+        fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
     }
     fn find_event_by_uid(
         &self,
@@ -404,15 +439,11 @@ impl EventBus for NatsBus {
         offset: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
-        let state = self.topic(topic)?;
-        check_partition(topic, partition, state.spec.partitions)?;
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let messages = self.run("fetch", move |shared| {
-            fetch::fetch(shared, state, partition, offset, max)
-        })?;
-        fetch::decode_all(topic, partition, self.shared.auth().as_ref(), &messages)
+        Ok(self
+            .fetch_with_headers(topic, partition, offset, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
     }
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let state = self.topic(topic)?;
@@ -480,6 +511,7 @@ impl EventBus for NatsBus {
             .dedup_horizon(DedupHorizon::Retained)
             .native_retention(true)
             .native_batch(true)
+            .headers(true)
             // Acks are fsynced only under the server's `sync_interval:
             // always`, which a client cannot read (scripts/nats*.sh set it).
             .ack_durability(bus_core::AckDurability::Unknown)

@@ -19,14 +19,14 @@ use async_nats::jetstream::consumer::pull::{Batch, Config as PullConfig};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer};
 use async_nats::jetstream::stream::Stream;
 use bus_core::auth::RecordAuth;
-use bus_core::{BusError, PartitionOffsets, StoredEvent};
+use bus_core::{BusError, PartitionOffsets, StoredRecord};
 use futures::StreamExt;
 use futures::future::join_all;
 
 use crate::cursor::{Ahead, Cursor, CursorSlot};
 use crate::errors::unavailable_caused;
 use crate::get::Reads;
-use crate::record::{RawMessage, decode, epoch_ms, from_stream_message};
+use crate::record::{RawMessage, decode_record, epoch_ms, from_stream_message};
 use crate::shared::{PartitionState, Shared, TopicState};
 use crate::topics::stream_info;
 
@@ -229,10 +229,10 @@ pub(crate) fn decode_all(
     partition: u32,
     auth: Option<&RecordAuth>,
     messages: &[RawMessage],
-) -> Result<Vec<StoredEvent>, BusError> {
+) -> Result<Vec<StoredRecord>, BusError> {
     let mut events = Vec::with_capacity(messages.len());
     for message in messages {
-        match decode(topic, partition, auth, message) {
+        match decode_record(topic, partition, auth, message) {
             Ok(event) => events.push(event),
             Err(error) if events.is_empty() => return Err(error),
             Err(_) => break,

@@ -77,7 +77,7 @@ pub fn record_headers(
     after: Option<u64>,
 ) -> Result<Vec<(String, String)>, BusError> {
     let guard = after.map_or(Guard::Empty, Guard::After);
-    let headers = record::record_headers(auth, parts, guard)?;
+    let headers = record::record_headers(auth, parts, &bus_core::Headers::new(), guard)?;
     Ok(headers
         .iter()
         .flat_map(|(name, values)| {

@@ -7,7 +7,9 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use bus_core::auth::{RecordAuth, RecordParts};
-use bus_core::{BusError, PublishAck, backend::PreparedRecord, backend::prepare_record};
+use bus_core::{
+    BusError, Headers, PublishAck, backend::PreparedRecord, backend::prepare_record_with,
+};
 use bytes::Bytes;
 
 use crate::errors::{PublishFailure, publish_failure};
@@ -36,6 +38,8 @@ pub(crate) struct Prepared {
 struct Resend {
     key: String,
     uid: String,
+    /// Signed again with the record on every resend (C25).
+    headers: Headers,
     auth: Option<RecordAuth>,
 }
 
@@ -47,6 +51,7 @@ pub(crate) fn prepare(
     key: &str,
     value: &serde_json::Value,
     uid: Option<&str>,
+    carried: &Headers,
 ) -> Result<Prepared, BusError> {
     let spec = &topic.spec;
     // Signed below, with the headers that carry the tag.
@@ -55,7 +60,7 @@ pub(crate) fn prepare(
         uid,
         value: payload,
         ..
-    } = prepare_record(spec, key, value, uid, None)?;
+    } = prepare_record_with(spec, key, value, uid, carried, None)?;
     let stream = topic
         .partitions
         .get(partition as usize)
@@ -74,7 +79,7 @@ pub(crate) fn prepare(
         value: &payload,
     };
     let auth = shared.auth();
-    let headers = record_headers(auth.as_ref(), parts, Guard::Empty)?;
+    let headers = record_headers(auth.as_ref(), parts, carried, Guard::Empty)?;
     // The server would refuse a message over its max_payload; say so with
     // the sizes instead of letting the publish fail obscurely.
     let size = payload.len() + headers_len(&headers);
@@ -92,6 +97,7 @@ pub(crate) fn prepare(
         resend: uid.map(|uid| Resend {
             key: key.to_owned(),
             uid: uid.to_owned(),
+            headers: carried.clone(),
             auth,
         }),
         payload: Bytes::from(payload),
@@ -298,7 +304,12 @@ async fn settle(
             uid: Some(&resend.uid),
             value: payload,
         };
-        let headers = record_headers(resend.auth.as_ref(), parts, Guard::After(last))?;
+        let headers = record_headers(
+            resend.auth.as_ref(),
+            parts,
+            &resend.headers,
+            Guard::After(last),
+        )?;
         let size = payload.len() + headers_len(&headers);
         let acked = match shared
             .js

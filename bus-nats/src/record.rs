@@ -3,9 +3,11 @@
 //! control key is set.
 
 use async_nats::HeaderMap;
-use async_nats::header::HeaderValue;
+use std::str::FromStr;
+
+use async_nats::header::{HeaderName, HeaderValue};
 use bus_core::auth::{RecordAuth, RecordParts, from_hex, to_hex};
-use bus_core::{BusError, StoredEvent};
+use bus_core::{BusError, Headers, StoredEvent, StoredRecord, is_reserved_header};
 use bytes::Bytes;
 
 use crate::naming::{
@@ -42,9 +44,20 @@ pub(crate) enum Guard {
 pub(crate) fn record_headers(
     auth: Option<&RecordAuth>,
     parts: RecordParts<'_>,
+    carried: &Headers,
     guard: Guard,
 ) -> Result<HeaderMap, BusError> {
     let mut headers = HeaderMap::new();
+    // The caller's headers (C25) as NATS headers of their own names; values
+    // percent-encoded like the key, since NATS trims spaces from values.
+    // Their names never collide with the bus's (`Bus-*`) or the server's
+    // (`Nats-*`): `Headers` refuses both prefixes.
+    for (name, value) in carried.iter() {
+        let name = HeaderName::from_str(name).map_err(|_| {
+            BusError::invalid("headers", format!("{name:?} cannot be a NATS header name"))
+        })?;
+        headers.insert(name, header(encode_header_text(value))?);
+    }
     headers.insert(KEY_HEADER, header(encode_header_text(parts.key))?);
     if let Some(uid) = parts.uid {
         headers.insert(UID_HEADER, header(encode_header_text(uid))?);
@@ -61,7 +74,7 @@ pub(crate) fn record_headers(
         );
     }
     if let Some(auth) = auth {
-        headers.insert(TAG_HEADER, header(to_hex(&auth.tag(parts)))?);
+        headers.insert(TAG_HEADER, header(to_hex(&auth.tag_with(parts, carried)))?);
     }
     Ok(headers)
 }
@@ -80,14 +93,14 @@ pub(crate) fn headers_len(headers: &HeaderMap) -> usize {
         + 12
 }
 
-/// The key and UID a message carries, and whether its tag verifies under
-/// `auth` (always `Ok` without a key).
+/// The key, UID and caller headers a message carries, and whether its tag
+/// verifies under `auth` (always `Ok` without a key).
 fn parse(
     topic: &str,
     partition: u32,
     auth: Option<&RecordAuth>,
     message: &RawMessage,
-) -> Result<(String, Option<String>), BusError> {
+) -> Result<(String, Option<String>, Headers), BusError> {
     let integrity = |reason: &str| BusError::Integrity {
         topic: topic.to_owned(),
         partition,
@@ -105,6 +118,21 @@ fn parse(
     };
     let key = text(KEY_HEADER)?.unwrap_or_default();
     let uid = text(UID_HEADER)?;
+    // Every header but the bus's and the server's is the caller's (C25).
+    let mut carried = Vec::new();
+    for (name, values) in headers.into_iter().flat_map(HeaderMap::iter) {
+        let name: &str = name.as_ref();
+        if is_reserved_header(name) {
+            continue;
+        }
+        // A name sent twice keeps its last value (the bus sends one).
+        if let Some(value) = values.last() {
+            let value = decode_header_text(value.as_str())
+                .ok_or_else(|| integrity(&format!("header {name} is malformed")))?;
+            carried.push((name.to_owned(), value));
+        }
+    }
+    let carried = Headers::from_stored(carried);
     if let Some(auth) = auth {
         // A malformed hex tag is a tag that does not match.
         let tag = headers
@@ -117,10 +145,10 @@ fn parse(
             uid: uid.as_deref(),
             value: &message.payload,
         };
-        auth.check(parts, tag.as_deref())
+        auth.check_with(parts, &carried, tag.as_deref())
             .map_err(|fault| integrity(fault.reason()))?;
     }
-    Ok((key, uid))
+    Ok((key, uid, carried))
 }
 
 /// Whether `message` is a record of `topic`/`partition` with this `uid`,
@@ -132,29 +160,43 @@ pub(crate) fn is_authentic(
     uid: &str,
     message: &RawMessage,
 ) -> bool {
-    matches!(parse(topic, partition, auth, message), Ok((_, Some(found))) if found == uid)
+    matches!(parse(topic, partition, auth, message), Ok((_, Some(found), _)) if found == uid)
 }
 
 /// Decodes and verifies one message of `topic`/`partition`.
+#[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
 pub(crate) fn decode(
     topic: &str,
     partition: u32,
     auth: Option<&RecordAuth>,
     message: &RawMessage,
 ) -> Result<StoredEvent, BusError> {
-    let (key, _uid) = parse(topic, partition, auth, message)?;
+    decode_record(topic, partition, auth, message).map(|record| record.event)
+}
+
+/// [`decode`] with the record's headers (C25).
+pub(crate) fn decode_record(
+    topic: &str,
+    partition: u32,
+    auth: Option<&RecordAuth>,
+    message: &RawMessage,
+) -> Result<StoredRecord, BusError> {
+    let (key, _uid, headers) = parse(topic, partition, auth, message)?;
     let value = serde_json::from_slice(&message.payload).map_err(|_| BusError::Integrity {
         topic: topic.to_owned(),
         partition,
         offset: message.sequence.saturating_sub(1),
         reason: "value is not valid JSON".to_owned(),
     })?;
-    Ok(StoredEvent {
-        partition,
-        offset: message.sequence.saturating_sub(1),
-        key,
-        value,
-        stored_at: message.stored_at,
+    Ok(StoredRecord {
+        event: StoredEvent {
+            partition,
+            offset: message.sequence.saturating_sub(1),
+            key,
+            value,
+            stored_at: message.stored_at,
+        },
+        headers,
     })
 }
 

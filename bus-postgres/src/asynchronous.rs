@@ -112,6 +112,31 @@ impl PostgresBus {
 }
 
 impl AsyncEventBus for PostgresBus {
+    /// Headers in the `headers` column (C25), through the same group commit.
+    fn publish_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        key: &'a str,
+        value: &'a serde_json::Value,
+        event_uid: Option<&'a str>,
+        headers: &'a bus_core::Headers,
+    ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+        Box::pin(bounded("publish", self.timeout(), async move {
+            if let Some(uid) = event_uid {
+                bus_core::backend::validate_uid(uid)?;
+            }
+            let topic = self.topic_async(topic).await?;
+            let prepared = crate::publish::prepare(&topic, key, value, event_uid, headers)?;
+            let rounds = Rounds::group(vec![prepared]);
+            let name = topic.spec.name.clone();
+            let offsets = rounds.append(Arc::clone(&self.core.shared), topic).await?;
+            Rounds::acks(&name, offsets)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))
+        }))
+    }
+
     fn publish<'a>(
         &'a self,
         topic: &'a str,
@@ -156,6 +181,23 @@ impl AsyncEventBus for PostgresBus {
         offset: u64,
         max: usize,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
+        Box::pin(async move {
+            Ok(self
+                .fetch_with_headers(topic, partition, offset, max)
+                .await?
+                .into_iter()
+                .map(|record| record.event)
+                .collect())
+        })
+    }
+
+    fn fetch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<bus_core::StoredRecord>, BusError>> {
         Box::pin(bounded("fetch", self.timeout(), async move {
             let topic = self.topic_async(topic).await?;
             check_partition(&topic.spec.name, partition, topic.spec.partitions)?;

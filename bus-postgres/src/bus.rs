@@ -6,9 +6,9 @@ use std::sync::{Arc, OnceLock};
 use bus_core::auth::RecordAuth;
 use bus_core::backend::Plan;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, SubscribeOptions, Subscription,
-    backend::ConnectorExecutor, backend::uid_partition, backend::validate_uid,
+    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    Subscription, backend::ConnectorExecutor, backend::uid_partition, backend::validate_uid,
 };
 
 use crate::errors::pool;
@@ -84,13 +84,16 @@ impl PostgresBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        let record = BatchRecord {
-            key: key.to_owned(),
-            value: value.clone(),
-            uid: uid.map(str::to_owned),
-        };
-        self.publish_records(topic, std::slice::from_ref(&record))?
+        let topic = self.core.topic(topic)?;
+        let prepared = prepare(&topic, key, value, uid, headers)?;
+        let rounds = Rounds::group(vec![prepared]);
+        let name = topic.spec.name.clone();
+        let offsets = self.core.run("publish", move |shared| async move {
+            rounds.append(shared, topic).await
+        })?;
+        Rounds::acks(&name, offsets)?
             .into_iter()
             .next()
             .ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))
@@ -109,7 +112,7 @@ impl EventBus for PostgresBus {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<PublishAck, BusError> {
-        self.publish_one(topic, key, value, None)
+        self.publish_one(topic, key, value, None, &Headers::new())
     }
 
     /// A malformed UID is refused before anything is written (contract C12).
@@ -121,7 +124,32 @@ impl EventBus for PostgresBus {
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
         bus_core::backend::validate_uid(event_uid)?;
-        self.publish_one(topic, key, value, Some(event_uid))
+        self.publish_one(topic, key, value, Some(event_uid), &Headers::new())
+    }
+
+    /// Headers in the `headers` column, covered by the placed tag (C25).
+    fn publish_with_headers(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        event_uid: Option<&str>,
+        headers: &Headers,
+    ) -> Result<PublishAck, BusError> {
+        if let Some(uid) = event_uid {
+            bus_core::backend::validate_uid(uid)?;
+        }
+        self.publish_one(topic, key, value, event_uid, headers)
+    }
+
+    fn fetch_with_headers(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        self.core.fetch(topic, partition, offset, max)
     }
     fn find_event_by_uid(
         &self,
@@ -149,7 +177,12 @@ impl EventBus for PostgresBus {
         offset: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
-        self.core.fetch(topic, partition, offset, max)
+        Ok(self
+            .core
+            .fetch(topic, partition, offset, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
     }
 
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
@@ -198,6 +231,7 @@ impl EventBus for PostgresBus {
             .dedup_horizon(DedupHorizon::Retained)
             .maintenance_retention(true)
             .native_batch(true)
+            .headers(true)
     }
 
     /// The spec from the topics table (cached after the first lookup).
@@ -253,21 +287,27 @@ impl Rounds {
     ) -> Result<Option<Self>, BusError> {
         let prepared = records
             .iter()
-            .map(|r| prepare(topic, &r.key, &r.value, r.uid.as_deref()))
+            .map(|r| prepare(topic, &r.key, &r.value, r.uid.as_deref(), &Headers::new()))
             .collect::<Result<Vec<_>, _>>()?;
         if prepared.is_empty() {
             return Ok(None);
         }
+        Ok(Some(Self::group(prepared)))
+    }
+
+    /// Prepared records split by partition, in order.
+    pub(crate) fn group(prepared: Vec<Prepared>) -> Self {
+        let count = prepared.len();
         let mut by_partition: BTreeMap<u32, (Vec<usize>, Vec<Prepared>)> = BTreeMap::new();
         for (index, record) in prepared.into_iter().enumerate() {
             let entry = by_partition.entry(record.partition).or_default();
             entry.0.push(index);
             entry.1.push(record);
         }
-        Ok(Some(Self {
-            count: records.len(),
+        Self {
+            count,
             by_partition,
-        }))
+        }
     }
 
     /// Appends every partition's records (their rounds run concurrently);

@@ -2,7 +2,7 @@
 //! the UID index, the retained range, and retention by age.
 
 use bus_core::auth::{RecordAuth, RecordParts, RecordPlace, TAG_LEN};
-use bus_core::{BusError, PartitionOffsets, StoredEvent};
+use bus_core::{BusError, Headers, PartitionOffsets, StoredEvent, StoredRecord};
 use tokio_postgres::Row;
 
 use crate::errors::{pg, pool};
@@ -14,20 +14,12 @@ use crate::sql::FIND_PAGE;
 /// it was written before (over topic, partition, key, UID and value only).
 pub(crate) const PLACED_TAG: u8 = 2;
 
-/// The tag the bus stores for a record at `place`: [`PLACED_TAG`], then the
-/// MAC.
-pub(crate) fn placed_tag(auth: &RecordAuth, parts: RecordParts<'_>, place: RecordPlace) -> Vec<u8> {
-    let mut tag = Vec::with_capacity(TAG_LEN + 1);
-    tag.push(PLACED_TAG);
-    tag.extend_from_slice(&auth.tag_at(parts, place));
-    tag
-}
-
 /// Whether a stored row authenticates at its place, by the version of its
 /// tag; `Err` names the fault.
 pub(crate) fn authenticate(
     auth: &RecordAuth,
     parts: RecordParts<'_>,
+    headers: &Headers,
     offset: i64,
     stored_at: i64,
     tag: Option<&[u8]>,
@@ -38,14 +30,49 @@ pub(crate) fn authenticate(
     match tag {
         Some([PLACED_TAG, mac @ ..]) if mac.len() == TAG_LEN => {
             let place = RecordPlace { offset, stored_at };
-            if auth.verify_at(parts, place, mac) {
+            if auth.verify_at_with(parts, headers, place, mac) {
                 Ok(())
             } else {
                 Err("authentication tag does not match (content, offset or time changed)")
             }
         }
-        tag => auth.check(parts, tag).map_err(|fault| fault.reason()),
+        tag => auth
+            .check_with(parts, headers, tag)
+            .map_err(|fault| fault.reason()),
     }
+}
+
+/// The headers of a row (C25): its `headers::text` column, `NULL` for none.
+pub(crate) fn row_headers(text: Option<&str>) -> Result<Headers, &'static str> {
+    match text {
+        None => Ok(Headers::new()),
+        Some(text) => {
+            serde_json::from_str(text).map_err(|_| "headers are not an object of strings")
+        }
+    }
+}
+
+/// The `headers` column text of `headers`: `None` for none (the column
+/// stays `NULL`, as in rows from before headers).
+pub(crate) fn headers_text(headers: &Headers) -> Result<Option<String>, BusError> {
+    if headers.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::to_string(headers)?))
+}
+
+/// The placed tag of `parts` with `headers` at `place` (C25: equal to
+/// [`placed_tag`] without headers).
+pub(crate) fn placed_tag_with(
+    auth: &RecordAuth,
+    parts: RecordParts<'_>,
+    headers: &Headers,
+    place: RecordPlace,
+) -> Vec<u8> {
+    let mut tag = Vec::with_capacity(TAG_LEN + 1);
+    tag.push(PLACED_TAG);
+    tag.extend_from_slice(&auth.tag_at_with(parts, headers, place));
+    tag
 }
 
 fn corrupt(topic: &Topic, partition: u32, offset: u64, shared: &Shared) -> BusError {
@@ -82,8 +109,10 @@ fn record(
     topic: &Topic,
     partition: u32,
     row: &Row,
-) -> Result<StoredEvent, BusError> {
+) -> Result<StoredRecord, BusError> {
     let offset = number(row.get(0));
+    let headers =
+        row_headers(row.get(8)).map_err(|reason| integrity(topic, partition, offset, reason))?;
     let key: &str = row.get(1);
     let uid: Option<&str> = row.get(2);
     let value: &[u8] = row.get(3);
@@ -96,7 +125,7 @@ fn record(
             uid,
             value,
         };
-        authenticate(&auth, parts, row.get(0), stored_at, row.get(4))
+        authenticate(&auth, parts, &headers, row.get(0), stored_at, row.get(4))
             .map_err(|reason| integrity(topic, partition, offset, reason))?;
     }
     let value = serde_json::from_slice(value).map_err(|error| {
@@ -107,12 +136,15 @@ fn record(
             &format!("value is not JSON: {error}"),
         )
     })?;
-    Ok(StoredEvent {
-        partition,
-        offset,
-        key: key.to_owned(),
-        value,
-        stored_at: number(stored_at),
+    Ok(StoredRecord {
+        event: StoredEvent {
+            partition,
+            offset,
+            key: key.to_owned(),
+            value,
+            stored_at: number(stored_at),
+        },
+        headers,
     })
 }
 
@@ -122,7 +154,7 @@ pub(crate) async fn fetch(
     partition: u32,
     from: u64,
     max: usize,
-) -> Result<Vec<StoredEvent>, BusError> {
+) -> Result<Vec<StoredRecord>, BusError> {
     if max == 0 {
         return Ok(Vec::new());
     }
@@ -157,7 +189,7 @@ pub(crate) async fn fetch(
     let mut events = Vec::with_capacity(rows.len());
     // The authentic prefix is returned; the next fetch starts at the
     // forged or missing record and reports it.
-    let damage = |error: BusError, events: Vec<StoredEvent>| {
+    let damage = |error: BusError, events: Vec<StoredRecord>| {
         if events.is_empty() {
             Err(error)
         } else {
@@ -215,7 +247,9 @@ pub(crate) async fn find(
                     uid: Some(uid),
                     value: row.get(2),
                 };
-                authenticate(auth, parts, row.get(0), row.get(4), row.get(3)).is_ok()
+                row_headers(row.get(5)).is_ok_and(|headers| {
+                    authenticate(auth, parts, &headers, row.get(0), row.get(4), row.get(3)).is_ok()
+                })
             })
         });
         if let Some(row) = found {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use bus_core::{
-    BusError, PartitionOffsets, StoredEvent, backend::ConnectorExecutor, backend::check_partition,
+    BusError, PartitionOffsets, StoredRecord, backend::ConnectorExecutor, backend::check_partition,
     backend::validate_topic,
 };
 
@@ -82,7 +82,7 @@ impl Core {
         partition: u32,
         offset: u64,
         max: usize,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let topic = self.topic(topic)?;
         check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
         if max == 0 {

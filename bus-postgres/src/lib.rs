@@ -11,6 +11,7 @@ mod inner;
 mod listen;
 mod listener;
 mod options;
+mod outbox;
 mod publish;
 mod queue;
 mod shared;

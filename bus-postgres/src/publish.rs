@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use bus_core::auth::{RecordAuth, RecordParts, RecordPlace};
-use bus_core::{BusError, backend::prepare_record, now_ms};
+use bus_core::{BusError, Headers, backend::prepare_record_with, now_ms};
 use tokio::sync::oneshot;
 use tokio_postgres::error::SqlState;
 
@@ -46,13 +46,15 @@ pub(crate) fn prepare(
     key: &str,
     value: &serde_json::Value,
     uid: Option<&str>,
+    headers: &Headers,
 ) -> Result<Prepared, BusError> {
-    let record = prepare_record(&topic.spec, key, value, uid, None)?;
+    let record = prepare_record_with(&topic.spec, key, value, uid, headers, None)?;
     Ok(Prepared {
         partition: record.partition,
         key: record.key.to_owned(),
         uid: record.uid.map(str::to_owned),
         value: record.value,
+        headers: record.headers,
     })
 }
 
@@ -212,7 +214,7 @@ fn tags(
                     offset: *offset,
                     stored_at,
                 };
-                crate::fetch::placed_tag(auth, parts, place)
+                crate::fetch::placed_tag_with(auth, parts, &record.headers, place)
             })
         })
         .collect()
@@ -276,6 +278,7 @@ async fn commit_round(
     let offsets: Vec<u64> = (base..base + count).collect();
     let tags = tags(auth.as_ref(), topic, partition, &new, &offsets, stored_at);
     let tags: Vec<Option<&[u8]>> = tags.iter().map(Option::as_deref).collect();
+    let headers = headers_column(&new)?;
     let expected = match (&auth, expected) {
         (Some(_), Some(expected)) => Some(sql_offset(expected)?),
         _ => None,
@@ -298,6 +301,7 @@ async fn commit_round(
                 &sql_offset(stored_at)?,
                 &topic.channel,
                 &expected,
+                &headers,
             ],
         )
         .await;
@@ -371,17 +375,76 @@ async fn commit_locked_once(
     round: &[Request],
     queue: &Queue,
 ) -> Result<Option<Vec<u64>>, BusError> {
-    let sql = &shared.sql;
-    let name = &topic.spec.name;
-    let part = i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
     let mut client = shared.pool.get().await.map_err(pool)?;
     let tx = client
         .transaction()
         .await
         .map_err(|e| pg("publish: begin", &e))?;
+    let records: Vec<&Prepared> = round.iter().flat_map(|r| &r.records).collect();
+    let Some(locked) = locked_round(Tx::Pool(&tx), shared, topic, partition, &records).await?
+    else {
+        return Ok(None);
+    };
+    tx.commit().await.map_err(|e| pg("publish: commit", &e))?;
+    remember_next(queue, Some(locked.next));
+    Ok(Some(locked.offsets))
+}
+
+/// The transaction a [`locked_round`] runs in: the bus's own (a pooled
+/// connection, whose statements are prepared once and cached) or a
+/// caller's (prepared per use: the connection is not the pool's).
+#[derive(Clone, Copy)]
+pub(crate) enum Tx<'a, 'c> {
+    Pool(&'a deadpool_postgres::Transaction<'c>),
+    Caller(&'a tokio_postgres::Transaction<'c>),
+}
+
+impl Tx<'_, '_> {
+    fn tx(&self) -> &tokio_postgres::Transaction<'_> {
+        match self {
+            Self::Pool(tx) => tx,
+            Self::Caller(tx) => tx,
+        }
+    }
+
+    async fn statement(
+        &self,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        match self {
+            Self::Pool(tx) => tx.prepare_cached(sql).await,
+            Self::Caller(tx) => tx.prepare(sql).await,
+        }
+    }
+}
+
+/// What a [`locked_round`] stored: each record's offset, and the counter
+/// after it.
+pub(crate) struct Locked {
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) next: u64,
+}
+
+/// The locked round's statements in `tx`, which the caller commits: the
+/// partition's counter row locked (held until `tx` ends), each UID decided
+/// against what is stored, the new records inserted with their tags, the
+/// counter advanced and the channel notified (delivered at commit). `None`
+/// when a row written meanwhile around the bus refused the insert; `tx`
+/// is then aborted (a caller that retries does so in a savepoint).
+pub(crate) async fn locked_round(
+    t: Tx<'_, '_>,
+    shared: &Shared,
+    topic: &Topic,
+    partition: u32,
+    records: &[&Prepared],
+) -> Result<Option<Locked>, BusError> {
+    let sql = &shared.sql;
+    let tx = t.tx();
+    let name = &topic.spec.name;
+    let part = i32::try_from(partition).map_err(|_| BusError::backend("postgres", "partition"))?;
     let row = tx
         .query_opt(
-            &tx.prepare_cached(&sql.lock_partition)
+            &t.statement(&sql.lock_partition)
                 .await
                 .map_err(|e| pg("publish: prepare", &e))?,
             &[&topic.id, &part],
@@ -397,14 +460,13 @@ async fn commit_locked_once(
     let next_row: i64 = row.get(0);
     let next = offset_of(next_row)?;
 
-    let records: Vec<&Prepared> = round.iter().flat_map(|r| &r.records).collect();
     let auth = shared.auth();
     let mut known: HashMap<&str, u64> = HashMap::new();
     let uids: Vec<&str> = records.iter().filter_map(|r| r.uid.as_deref()).collect();
     if !uids.is_empty() {
         let rows = tx
             .query(
-                &tx.prepare_cached(&sql.claims)
+                &t.statement(&sql.claims)
                     .await
                     .map_err(|e| pg("publish: prepare", &e))?,
                 &[&topic.id, &part, &uids],
@@ -428,7 +490,17 @@ async fn commit_locked_once(
                         uid,
                         value: row.get(3),
                     };
-                    crate::fetch::authenticate(auth, parts, offset, row.get(6), row.get(4)).is_ok()
+                    crate::fetch::row_headers(row.get(7)).is_ok_and(|headers| {
+                        crate::fetch::authenticate(
+                            auth,
+                            parts,
+                            &headers,
+                            offset,
+                            row.get(6),
+                            row.get(4),
+                        )
+                        .is_ok()
+                    })
                 });
             if let (true, Some(uid)) = (authentic, wanted) {
                 known.entry(uid).or_insert(offset_of(offset)?);
@@ -446,7 +518,7 @@ async fn commit_locked_once(
         }
         if !forged.is_empty() {
             tx.execute(
-                &tx.prepare_cached(&sql.unclaim)
+                &t.statement(&sql.unclaim)
                     .await
                     .map_err(|e| pg("publish: prepare", &e))?,
                 &[&topic.id, &part, &forged],
@@ -456,11 +528,11 @@ async fn commit_locked_once(
         }
     }
 
-    let (new, slots) = plan(&records, &known);
+    let (new, slots) = plan(records, &known);
     // The slots from the counter on that foreign rows occupy: widened until
     // the window holds a free slot for each new record.
-    let occupied = tx
-        .prepare_cached(&sql.occupied)
+    let occupied = t
+        .statement(&sql.occupied)
         .await
         .map_err(|e| pg("publish: prepare", &e))?;
     let mut taken: Vec<u64> = Vec::new();
@@ -505,9 +577,10 @@ async fn commit_locked_once(
         let keys: Vec<&str> = new.iter().map(|r| r.key.as_str()).collect();
         let new_uids: Vec<Option<&str>> = new.iter().map(|r| r.uid.as_deref()).collect();
         let values: Vec<&[u8]> = new.iter().map(|r| r.value.as_slice()).collect();
+        let headers = headers_column(&new)?;
         let inserted = tx
             .execute(
-                &tx.prepare_cached(&sql.insert_records)
+                &t.statement(&sql.insert_records)
                     .await
                     .map_err(|e| pg("publish: prepare", &e))?,
                 &[
@@ -519,6 +592,7 @@ async fn commit_locked_once(
                     &values,
                     &tags,
                     &sql_offset(stored_at)?,
+                    &headers,
                 ],
             )
             .await;
@@ -529,7 +603,7 @@ async fn commit_locked_once(
             Err(error) => return Err(pg("publish: insert records", &error)),
         }
         tx.execute(
-            &tx.prepare_cached(&sql.advance)
+            &t.statement(&sql.advance)
                 .await
                 .map_err(|e| pg("publish: prepare", &e))?,
             &[&topic.id, &part, &sql_offset(end)?],
@@ -539,7 +613,7 @@ async fn commit_locked_once(
         // A wake-up only: subscribers read the records from the table.
         let payload = format!("{partition}:{}", end - 1);
         tx.execute(
-            &tx.prepare_cached(&sql.notify)
+            &t.statement(&sql.notify)
                 .await
                 .map_err(|e| pg("publish: prepare", &e))?,
             &[&topic.channel, &payload],
@@ -547,15 +621,22 @@ async fn commit_locked_once(
         .await
         .map_err(|e| pg("publish: notify", &e))?;
     }
-    tx.commit().await.map_err(|e| pg("publish: commit", &e))?;
-    remember_next(queue, Some(if new.is_empty() { next } else { end }));
-    Ok(Some(
-        slots
+    Ok(Some(Locked {
+        offsets: slots
             .iter()
             .map(|slot| match slot {
                 Slot::Known(offset) => *offset,
                 Slot::New(index) => offsets[*index],
             })
             .collect(),
-    ))
+        next: if new.is_empty() { next } else { end },
+    }))
+}
+
+/// The `headers` column of `records` (C25): JSON text, `None` for none.
+fn headers_column(records: &[&Prepared]) -> Result<Vec<Option<String>>, BusError> {
+    records
+        .iter()
+        .map(|record| crate::fetch::headers_text(&record.headers))
+        .collect()
 }

@@ -13,6 +13,8 @@ pub(crate) struct Prepared {
     pub(crate) key: String,
     pub(crate) uid: Option<String>,
     pub(crate) value: Vec<u8>,
+    /// The caller's headers (C25), covered by the tag made at commit.
+    pub(crate) headers: bus_core::Headers,
 }
 
 pub(crate) struct Request {

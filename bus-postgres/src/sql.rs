@@ -19,6 +19,13 @@
 //!   of a UID even from a writer that skipped the lookup. Records written
 //!   around the bus carry a `uid` but no claim; a claim that does not belong
 //!   to an authentic record of its UID is released.
+//! - `headers` (C25): `jsonb`, the record's headers as one object of
+//!   strings; `NULL` for a record without any. Added to tables made before
+//!   it by `ADD COLUMN IF NOT EXISTS` (a catalog change only: no rewrite,
+//!   old rows read as records without headers, whose tags are unchanged).
+//!   Written and read as text (`$n::text[]` cast to `jsonb`, `headers::text`
+//!   back), so the bus needs no JSON support in the driver; the tag covers
+//!   the parsed map, never the text, so `jsonb`'s own key order is harmless.
 //! - `tag`: 32 bytes, the HMAC over topic, partition, key, UID and value
 //!   (written before the offset-bound tags, still accepted), or a version
 //!   byte 2 and 32 bytes of `RecordAuth::tag_at`, which also covers the
@@ -101,6 +108,7 @@ impl Sql {
                      value bytea NOT NULL,
                      tag bytea,
                      stored_at bigint NOT NULL,
+                     headers jsonb,
                      PRIMARY KEY (topic_id, partition, \"offset\"),
                      CONSTRAINT records_offset_nonnegative CHECK (\"offset\" >= 0));
                  DO $$ BEGIN
@@ -111,6 +119,7 @@ impl Sql {
                              CHECK (\"offset\" >= 0) NOT VALID;
                      END IF;
                  END $$;
+                 ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS headers jsonb;
                  CREATE UNIQUE INDEX IF NOT EXISTS records_claim
                      ON {s}.records (topic_id, partition, claim) WHERE claim IS NOT NULL;
                  CREATE INDEX IF NOT EXISTS records_uid
@@ -134,10 +143,10 @@ impl Sql {
             ),
             claims: format!(
                 // Two ranges, one per index (an `OR` would scan the partition).
-                "SELECT uid, \"offset\", key, value, tag, claim, stored_at FROM {s}.records
+                "SELECT uid, \"offset\", key, value, tag, claim, stored_at, headers::text FROM {s}.records
                  WHERE topic_id = $1 AND partition = $2 AND uid = ANY($3)
                  UNION ALL
-                 SELECT uid, \"offset\", key, value, tag, claim, stored_at FROM {s}.records
+                 SELECT uid, \"offset\", key, value, tag, claim, stored_at, headers::text FROM {s}.records
                  WHERE topic_id = $1 AND partition = $2 AND claim = ANY($3)
                    AND (uid IS NULL OR uid <> ALL($3))
                  ORDER BY 2"
@@ -152,9 +161,10 @@ impl Sql {
                  WHERE topic_id = $1 AND partition = $2 AND \"offset\" = ANY($3)"
             ),
             insert_records: format!(
-                "INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
-                 SELECT $1, $2, o, k, u, u, v, t, $8
-                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::bytea[], $7::bytea[]) AS r (o, k, u, v, t)"
+                "INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at, headers)
+                 SELECT $1, $2, o, k, u, u, v, t, $8, h::jsonb
+                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::bytea[], $7::bytea[], $9::text[])
+                      AS r (o, k, u, v, t, h)"
             ),
             // The whole round in one statement (one round trip, its own
             // transaction): advance the counter (its row lock serializes the
@@ -171,10 +181,10 @@ impl Sql {
                        AND ($10::bigint IS NULL OR next_offset = $10)
                      RETURNING next_offset - $3 AS base),
                  ins AS (
-                     INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at)
-                     SELECT $1, $2, c.base + r.i - 1, r.k, r.u, r.u, r.v, r.t, $8
-                     FROM c, unnest($4::text[], $5::text[], $6::bytea[], $7::bytea[])
-                          WITH ORDINALITY AS r (k, u, v, t, i))
+                     INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, claim, value, tag, stored_at, headers)
+                     SELECT $1, $2, c.base + r.i - 1, r.k, r.u, r.u, r.v, r.t, $8, r.h::jsonb
+                     FROM c, unnest($4::text[], $5::text[], $6::bytea[], $7::bytea[], $11::text[])
+                          WITH ORDINALITY AS r (k, u, v, t, h, i))
                  SELECT c.base, pg_notify($9, CAST($2 AS integer)::text || ':' || (c.base + $3 - 1)::text)
                  FROM c"
             ),
@@ -189,10 +199,11 @@ impl Sql {
                 "SELECT r.\"offset\", r.key, r.uid, r.value, r.tag, r.stored_at, p.next_offset,
                         (SELECT m.\"offset\" FROM {s}.records m
                          WHERE m.topic_id = $1 AND m.partition = $2 AND m.\"offset\" >= 0
-                         ORDER BY m.\"offset\" LIMIT 1)
+                         ORDER BY m.\"offset\" LIMIT 1),
+                        r.headers::text
                  FROM {s}.partitions p
                  LEFT JOIN LATERAL (
-                     SELECT \"offset\", key, uid, value, tag, stored_at FROM {s}.records
+                     SELECT \"offset\", key, uid, value, tag, stored_at, headers FROM {s}.records
                      WHERE topic_id = $1 AND partition = $2
                        AND \"offset\" >= $3::bigint AND \"offset\" < p.next_offset
                      ORDER BY \"offset\" LIMIT $4) r ON true
@@ -200,7 +211,7 @@ impl Sql {
                  ORDER BY r.\"offset\""
             ),
             find: format!(
-                "SELECT r.\"offset\", r.key, r.value, r.tag, r.stored_at FROM {s}.records r
+                "SELECT r.\"offset\", r.key, r.value, r.tag, r.stored_at, r.headers::text FROM {s}.records r
                  WHERE r.topic_id = $1 AND r.partition = $2 AND r.uid = $3
                    AND r.\"offset\" > $4::bigint
                    AND r.\"offset\" < (SELECT p.next_offset FROM {s}.partitions p
@@ -242,7 +253,7 @@ impl Sql {
 
     /// `$1` topic id, `$2` partition, `$3` UIDs (`text[]`) → the stored
     /// rows carrying or claiming those UIDs: `uid, offset, key, value, tag,
-    /// claim, stored_at`, by offset.
+    /// claim, stored_at, headers` (C25, JSON text or `NULL`), by offset.
     pub fn claims(&self) -> &str {
         &self.claims
     }
@@ -250,15 +261,16 @@ impl Sql {
     /// One append round in one statement: `$1` topic id, `$2` partition,
     /// `$3` record count, `$4` keys, `$5` UIDs, `$6` values (JSON bytes),
     /// `$7` tags, `$8` stored-at (ms), `$9` the NOTIFY channel, `$10` the
-    /// counter the round expects (`NULL`: any) → the first offset written;
-    /// no row when the counter is elsewhere.
+    /// counter the round expects (`NULL`: any), `$11` headers (C25: JSON
+    /// object text or `NULL` per record) → the first offset written; no row
+    /// when the counter is elsewhere.
     pub fn append(&self) -> &str {
         &self.append
     }
 
     /// `$1` topic id, `$2` partition, `$3` first offset, `$4` limit →
-    /// `offset, key, uid, value, tag, stored_at, next_offset, first_offset`
-    /// in offset order, below the counter; one row with the record columns
+    /// `offset, key, uid, value, tag, stored_at, next_offset, first_offset,
+    /// headers` in offset order, below the counter; one row with the record columns
     /// `NULL` when there is none.
     pub fn fetch(&self) -> &str {
         &self.fetch
@@ -266,7 +278,7 @@ impl Sql {
 
     /// `$1` topic id, `$2` partition, `$3` UID, `$4` read after this offset
     /// (−1 from the start) → a page of the records carrying it below the
-    /// counter, `offset, key, value, tag, stored_at`, first first.
+    /// counter, `offset, key, value, tag, stored_at, headers`, first first.
     pub fn find(&self) -> &str {
         &self.find
     }

@@ -30,6 +30,20 @@ impl Feed for PgFeed {
         from: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(self
+            .read_records(partition, from, max)?
+            .into_iter()
+            .map(|record| record.event)
+            .collect())
+    }
+
+    /// The records with their headers (C25): what the subscription reads.
+    fn read_records(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<bus_core::StoredRecord>, BusError> {
         match self.core.upgrade() {
             Some(core) => core.fetch(&self.topic, partition, from, max),
             None => Ok(Vec::new()),

@@ -63,6 +63,7 @@ pub fn c14_forged_records_fail_with_integrity(ctx: &mut Ctx) -> CaseResult {
             uid: None,
             value: value.clone(),
             tag,
+            ..Default::default()
         };
         ctx.inject_raw(&topic, 0, &raw)?;
     }
@@ -103,6 +104,7 @@ pub fn c14_correct_tag_from_outside_is_accepted(ctx: &mut Ctx) -> CaseResult {
         uid: Some("ext-1".to_owned()),
         value,
         tag: Some(tag.to_vec()),
+        ..Default::default()
     };
     ctx.inject_raw(&topic, 0, &raw)?;
     let got = ok("fetch", ctx.bus().fetch(&topic, 0, 0, 10));
@@ -157,6 +159,7 @@ pub fn c14_tag_binds_the_partition(ctx: &mut Ctx) -> CaseResult {
         uid: None,
         value,
         tag: Some(tag),
+        ..Default::default()
     };
     ctx.inject_raw(&topic, 1, &raw)?;
     expect_forged(ctx.bus().fetch(&topic, 1, 2, 10), 2);
@@ -174,6 +177,7 @@ pub fn c14_forged_uid_does_not_capture_dedup(ctx: &mut Ctx) -> CaseResult {
         uid: Some("pay-42".to_owned()),
         value: br#"{"forged":true}"#.to_vec(),
         tag: None,
+        ..Default::default()
     };
     ctx.inject_raw(&topic, 0, &raw)?;
     let genuine = json!({"amount": 42});

@@ -271,6 +271,7 @@ fn exact_copy(
         uid: Some(uid.to_owned()),
         value: bytes,
         tag,
+        ..Default::default()
     }
 }
 

@@ -4,6 +4,7 @@ mod auth;
 mod concurrency;
 mod dedup;
 mod exclusive;
+mod headers;
 mod input;
 mod offsets;
 mod provision;
@@ -15,6 +16,7 @@ pub use auth::*;
 pub use concurrency::*;
 pub use dedup::*;
 pub use exclusive::*;
+pub use headers::*;
 pub use input::*;
 pub use offsets::*;
 pub use provision::*;
@@ -105,7 +107,11 @@ macro_rules! __for_each_case {
             c18_many_subscribers_lag_independently,
             c18_retention_overtaking_a_slow_subscriber_is_reported,
             c18_native_retention_under_a_subscription_is_accounted_exactly,
-            c19_forged_record_is_an_error_item_then_goes_on
+            c19_forged_record_is_an_error_item_then_goes_on,
+            c25_headers_round_trip_through_fetch_and_subscribe,
+            c25_bad_headers_are_refused_and_nothing_stored,
+            c25_records_without_headers_are_unchanged,
+            c25_forged_headers_fail_with_integrity
         }
     };
 }

@@ -499,6 +499,7 @@ pub fn c19_forged_record_is_an_error_item_then_goes_on(ctx: &mut Ctx) -> CaseRes
             uid: None,
             value,
             tag: Some(wrong_tag),
+            ..Default::default()
         },
     )?;
     ok("publish", ctx.bus().publish(&topic, "k", &json!({"n": 2})));

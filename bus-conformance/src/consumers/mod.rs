@@ -1,4 +1,4 @@
-//! The durable-consumer cases (C20–C23), a suite of their own: they run
+//! The durable-consumer cases (C20–C23, and C25 through consumers), a suite of their own: they run
 //! only on a backend that implements [`DurableConsumers`] and plugs in with
 //! [`consumer_suite!`](crate::consumer_suite). A backend without durable
 //! consumers does not expand the macro, so it counts none of these cases
@@ -148,7 +148,8 @@ macro_rules! consumer_suite {
             c22_dead_letter_topic_must_be_another_valid_topic,
             c23_second_owner_fails_waits_or_takes_over,
             c23_fenced_instance_acks_nothing,
-            c23_two_instances_race_with_take_over
+            c23_two_instances_race_with_take_over,
+            c25_deliveries_and_dead_letters_carry_headers
         );
     };
 }

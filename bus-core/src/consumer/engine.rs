@@ -13,7 +13,9 @@ mod external;
 use super::store::fenced_error;
 use super::{ConsumeOptions, CursorState, CursorStore, OwnerToken, PartitionState, StoredSelector};
 use crate::subscription::{Subscription, SubscriptionItem};
-use crate::{BusError, EventBus, StoredEvent, backend::fnv1a64, embedded_uid};
+use crate::{
+    BusError, EventBus, Headers, StoredEvent, StoredRecord, backend::fnv1a64, embedded_uid,
+};
 pub use external::ExternalAck;
 
 /// One record handed to a durable consumer. Acknowledge it with
@@ -32,6 +34,8 @@ pub struct Delivery {
     pub delivery_count: u32,
     /// The record.
     pub event: StoredEvent,
+    /// Its headers (C25); empty for a record published without any.
+    pub headers: Headers,
     consumer: String,
     instance: u64,
 }
@@ -55,7 +59,7 @@ fn due_after(ack_wait: Duration) -> Instant {
 
 #[derive(Debug)]
 struct Flight {
-    event: StoredEvent,
+    record: StoredRecord,
     count: u32,
     due: Instant,
 }
@@ -269,8 +273,8 @@ impl Consumer {
                     self.note_positions();
                     return Err(error);
                 }
-                Ok(Some(SubscriptionItem::Record { event, .. })) => {
-                    if let Some(delivery) = self.first_delivery(event)? {
+                Ok(Some(SubscriptionItem::Record { event, headers, .. })) => {
+                    if let Some(delivery) = self.first_delivery(StoredRecord { event, headers })? {
                         return Ok(Some(delivery));
                     }
                 }
@@ -320,20 +324,22 @@ impl Consumer {
         }
     }
 
-    fn delivery(&self, event: &StoredEvent, count: u32) -> Delivery {
+    fn delivery(&self, record: &StoredRecord, count: u32) -> Delivery {
+        let event = &record.event;
         Delivery {
             topic: self.topic.clone(),
             partition: event.partition,
             offset: event.offset,
             delivery_count: count,
             event: event.clone(),
+            headers: record.headers.clone(),
             consumer: self.name.clone(),
             instance: self.token.as_ref().map_or(0, |token| token.id),
         }
     }
 
-    fn first_delivery(&mut self, event: StoredEvent) -> Result<Option<Delivery>, BusError> {
-        let (partition, offset) = (event.partition, event.offset);
+    fn first_delivery(&mut self, record: StoredRecord) -> Result<Option<Delivery>, BusError> {
+        let (partition, offset) = (record.event.partition, record.event.offset);
         let Some(part) = self.parts.get_mut(&partition) else {
             return Ok(None);
         };
@@ -350,7 +356,7 @@ impl Consumer {
         part.flights.insert(
             offset,
             Flight {
-                event: event.clone(),
+                record: record.clone(),
                 count: earlier,
                 due,
             },
@@ -371,7 +377,7 @@ impl Consumer {
         {
             flight.count = count;
         }
-        Ok(Some(self.delivery(&event, count)))
+        Ok(Some(self.delivery(&record, count)))
     }
 
     fn redeliver(&mut self, partition: u32, offset: u64) -> Result<Option<Delivery>, BusError> {
@@ -391,9 +397,9 @@ impl Consumer {
             return Ok(None);
         }
         flight.count = flight.count.saturating_add(1);
-        let (event, count) = (flight.event.clone(), flight.count);
+        let (record, count) = (flight.record.clone(), flight.count);
         self.dirty = true;
-        Ok(Some(self.delivery(&event, count)))
+        Ok(Some(self.delivery(&record, count)))
     }
 
     fn check_fenced(&self) -> Result<(), BusError> {
@@ -524,7 +530,7 @@ impl Consumer {
         else {
             return Ok(());
         };
-        let event = &flight.event;
+        let event = &flight.record.event;
         let value = serde_json::json!({
             "dead_letter": {
                 "topic": self.topic,
@@ -541,8 +547,15 @@ impl Consumer {
         });
         let identity = fnv1a64(format!("{}\0{}", self.topic, self.name).as_bytes());
         let uid = format!("dead-letter-{identity:016x}-{partition}-{offset}");
-        self.publisher
-            .publish_idempotent(&dlq, &event.key, &value, &uid)?;
+        // The dead letter keeps the record's headers (C25), so its trace
+        // context and metadata travel on with it.
+        self.publisher.publish_with_headers(
+            &dlq,
+            &event.key,
+            &value,
+            Some(&uid),
+            &flight.record.headers,
+        )?;
         self.mark_acked(partition, offset, offset.saturating_add(1));
         self.after_ack()
     }

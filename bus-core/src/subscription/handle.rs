@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Doorbell, Plan, SubscribeOptions, SubscriptionItem};
-use crate::{BusError, StoredEvent};
+use crate::{BusError, StoredEvent, StoredRecord};
 
 /// How a backend reads for a subscription. Reads never wait for new
 /// records: the [`Doorbell`] says when to read again.
@@ -34,6 +34,37 @@ pub trait Feed: Send {
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
         self.read(partition, from, max)
+    }
+
+    /// [`Feed::read`] with each record's headers (C25). The default reads
+    /// and gives every record empty headers: right for a backend that
+    /// stores none, and a feed of one that does overrides it.
+    fn read_records(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        Ok(self
+            .read(partition, from, max)?
+            .into_iter()
+            .map(StoredRecord::from)
+            .collect())
+    }
+
+    /// [`Feed::read_below_head`] with each record's headers. The default is
+    /// `read_below_head` with empty headers.
+    fn read_records_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        Ok(self
+            .read_below_head(partition, from, max)?
+            .into_iter()
+            .map(StoredRecord::from)
+            .collect())
     }
 }
 
@@ -328,7 +359,7 @@ impl Subscription {
             page = page.min(usize::try_from(max_lag).unwrap_or(usize::MAX).max(1));
         }
         let from = self.cursors[index].next;
-        let events = match self.feed.read(partition, from, page) {
+        let events = match self.feed.read_records(partition, from, page) {
             Ok(events) => events,
             // A forged record (C19), or a record missing from the log (a
             // row deleted behind the bus): what comes before it, the error
@@ -340,7 +371,7 @@ impl Subscription {
                 };
                 let before = usize::try_from(offset - from).unwrap_or(usize::MAX);
                 if before > 0 {
-                    let events = match self.feed.read(partition, from, before) {
+                    let events = match self.feed.read_records(partition, from, before) {
                         Ok(events) => events,
                         // Nothing readable before the bad record.
                         Err(again) if bad_offset(&again, partition) == Some(offset) => Vec::new(),
@@ -379,26 +410,27 @@ impl Subscription {
         let partition = self.cursors[index].partition;
         let start = self.cursors[index].next;
         let bound = usize::try_from(max_lag).unwrap_or(usize::MAX);
-        let mut kept: VecDeque<StoredEvent> = VecDeque::new();
+        let mut kept: VecDeque<StoredRecord> = VecDeque::new();
         let (mut seen, mut expired) = (0u64, 0u64);
         let mut from = start;
         while from < head {
-            let Ok(events) = self.feed.read_below_head(partition, from, PAGE) else {
+            let Ok(records) = self.feed.read_records_below_head(partition, from, PAGE) else {
                 break;
             };
-            let Some(last) = events.last().map(|event| event.offset) else {
+            let Some(last) = records.last().map(|record| record.event.offset) else {
                 break;
             };
-            for event in events {
-                if event.offset < from {
+            for record in records {
+                let offset = record.event.offset;
+                if offset < from {
                     continue;
                 }
                 // Retention took these before they were read.
-                expired += event.offset - from;
-                from = event.offset + 1;
-                if self.wanted(index, &event) {
+                expired += offset - from;
+                from = offset + 1;
+                if self.wanted(index, &record.event) {
                     seen += 1;
-                    kept.push_back(event);
+                    kept.push_back(record);
                     if kept.len() > bound {
                         kept.pop_front();
                     }
@@ -412,16 +444,20 @@ impl Subscription {
         self.cursors[index].next = from;
         let skipped = seen - kept.len() as u64;
         if expired > 0 || skipped > 0 {
-            let resume = kept.front().map_or(from, |event| event.offset);
+            let resume = kept.front().map_or(from, |record| record.event.offset);
             self.report_lagged(index, expired + skipped, resume);
         }
-        for event in kept {
+        for StoredRecord { event, headers } in kept {
             let position = event.offset + 1;
             let topic = self.topic.clone();
             self.queue(
                 index,
                 Some(position),
-                Ok(SubscriptionItem::Record { topic, event }),
+                Ok(SubscriptionItem::Record {
+                    topic,
+                    event,
+                    headers,
+                }),
             );
         }
         self.pass_over(index, from);
@@ -461,8 +497,8 @@ impl Subscription {
         self.key.as_deref().is_none_or(|key| key == event.key)
     }
 
-    fn push_events(&mut self, index: usize, events: Vec<StoredEvent>) {
-        for event in events {
+    fn push_events(&mut self, index: usize, records: Vec<StoredRecord>) {
+        for StoredRecord { event, headers } in records {
             let next = self.cursors[index].next;
             if event.offset < next {
                 continue;
@@ -478,7 +514,11 @@ impl Subscription {
                 self.queue(
                     index,
                     Some(position),
-                    Ok(SubscriptionItem::Record { topic, event }),
+                    Ok(SubscriptionItem::Record {
+                        topic,
+                        event,
+                        headers,
+                    }),
                 );
             } else {
                 self.pass_over(index, position);

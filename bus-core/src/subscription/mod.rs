@@ -19,7 +19,7 @@ pub use handle::{Feed, Subscription};
 pub use plan::{Plan, resolve_start};
 pub use stream::SubscriptionStream;
 
-use crate::{BusError, StoredEvent};
+use crate::{BusError, Headers, StoredEvent};
 
 /// Which records of a topic a subscription delivers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +98,8 @@ pub enum SubscriptionItem {
         topic: String,
         /// The record.
         event: StoredEvent,
+        /// Its headers (C25); empty for a record published without any.
+        headers: Headers,
     },
     /// Records of `partition` were skipped: `skipped` of them, by the
     /// `max_lag` bound or because retention expired them before they were
@@ -120,6 +122,14 @@ impl SubscriptionItem {
     pub fn event(&self) -> Option<&StoredEvent> {
         match self {
             Self::Record { event, .. } => Some(event),
+            Self::Lagged { .. } => None,
+        }
+    }
+
+    /// The record's headers, when this item is one (C25).
+    pub fn headers(&self) -> Option<&Headers> {
+        match self {
+            Self::Record { headers, .. } => Some(headers),
             Self::Lagged { .. } => None,
         }
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bus_core::auth::{RecordAuth, RecordParts, TagFault};
-use bus_core::{BusError, StoredEvent};
+use bus_core::{BusError, Headers, StoredEvent, StoredRecord};
 
 use crate::log::frame::RecordRef;
 use crate::log::segment::{self, FrameReader, ReadBuffers};
@@ -111,7 +111,7 @@ impl Partition {
         offset: u64,
         max: usize,
         auth: Option<&RecordAuth>,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let mut out = Vec::new();
         let mut cursor = offset;
         let mut retries = 0;
@@ -200,7 +200,7 @@ impl Partition {
         snapshot: &Snapshot,
         max: usize,
         auth: Option<&RecordAuth>,
-        out: &mut Vec<StoredEvent>,
+        out: &mut Vec<StoredRecord>,
     ) -> Result<u64, ReadError> {
         let file = match self.segment_file(snapshot) {
             Ok(file) => file,
@@ -233,7 +233,7 @@ impl Partition {
         mut expected: u64,
         max: usize,
         auth: Option<&RecordAuth>,
-        out: &mut Vec<StoredEvent>,
+        out: &mut Vec<StoredRecord>,
     ) -> Result<u64, ReadError> {
         let from = snapshot.from;
         let mut first = true;
@@ -284,7 +284,7 @@ impl Partition {
         }
         Ok(out
             .last()
-            .map_or(expected, |e| e.offset + 1)
+            .map_or(expected, |e| e.event.offset + 1)
             .max(snapshot.from))
     }
 
@@ -294,7 +294,7 @@ impl Partition {
         stored_at: u64,
         record: RecordRef<'_>,
         auth: Option<&RecordAuth>,
-    ) -> Result<StoredEvent, BusError> {
+    ) -> Result<StoredRecord, BusError> {
         let integrity = |reason: &str| BusError::Integrity {
             topic: self.topic.clone(),
             partition: self.id,
@@ -302,6 +302,8 @@ impl Partition {
             reason: reason.to_owned(),
         };
         let key = std::str::from_utf8(record.key).map_err(|_| integrity("key is not UTF-8"))?;
+        // Parsed when the frame was decoded; `None` here would be a bug.
+        let headers = record_headers(record).ok_or_else(|| integrity("headers do not parse"))?;
         if let Some(auth) = auth {
             self.check_tag(record, auth).map_err(integrity)?;
         }
@@ -311,12 +313,15 @@ impl Partition {
             .ok()
             .and_then(|text| serde_json::from_str(text).ok())
             .ok_or_else(|| integrity("value is not valid JSON"))?;
-        Ok(StoredEvent {
-            partition: self.id,
-            offset,
-            key: key.to_owned(),
-            value,
-            stored_at,
+        Ok(StoredRecord {
+            event: StoredEvent {
+                partition: self.id,
+                offset,
+                key: key.to_owned(),
+                value,
+                stored_at,
+            },
+            headers,
         })
     }
 
@@ -335,7 +340,14 @@ impl Partition {
             uid,
             value: record.value,
         };
-        auth.check(parts, record.tag).map_err(TagFault::reason)
+        match record.headers {
+            None => auth.check(parts, record.tag),
+            Some(_) => {
+                let headers = record_headers(record).ok_or("headers do not parse")?;
+                auth.check_with(parts, &headers, record.tag)
+            }
+        }
+        .map_err(TagFault::reason)
     }
 
     /// Rebuilds the sparse index of the segment at `path` from its frames.
@@ -380,6 +392,14 @@ impl Partition {
 
 /// Records a fetch reserves room for at once (more grow the page).
 const MAX_RESERVED: usize = 4096;
+
+/// A record's headers (C25): none when its frame carries none.
+fn record_headers(record: RecordRef<'_>) -> Option<Headers> {
+    match record.headers {
+        None => Some(Headers::new()),
+        Some(block) => crate::log::frame::decode_headers(block),
+    }
+}
 
 enum ReadError {
     Retry,

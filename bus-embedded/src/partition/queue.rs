@@ -181,6 +181,7 @@ mod tests {
                 key: id.to_string(),
                 uid: None,
                 tag: None,
+                headers: Vec::new(),
                 value: vec![b'1'; value_bytes],
             }],
             auth: None,

@@ -50,7 +50,7 @@ impl Namespace for EmbeddedNamespace {
     ) -> Result<(), BusError> {
         // Close the bus to release the directory lock, as another writer would need.
         *bus = None;
-        bus_embedded::testing::append_raw_record(
+        bus_embedded::testing::append_raw_record_with_headers(
             self.dir.path(),
             topic,
             partition,
@@ -58,6 +58,7 @@ impl Namespace for EmbeddedNamespace {
             raw.uid.as_deref(),
             &raw.value,
             raw.tag.as_deref(),
+            &raw.headers,
         )
         .map(drop)
     }

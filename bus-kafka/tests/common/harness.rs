@@ -68,6 +68,10 @@ impl Namespace for CaseNamespace {
         if let Some(tag) = &raw.tag {
             headers.push(("bus-tag", to_hex(tag).into_bytes()));
         }
+        // The caller's headers (C25) as the bus writes them.
+        for (name, value) in raw.headers.iter() {
+            headers.push((name, value.as_bytes().to_vec()));
+        }
         super::produce_raw(
             &self.brokers,
             &kafka_topic_name(topic),

@@ -6,7 +6,12 @@ use std::sync::Arc;
 
 use bus_core::backend::Feed;
 use bus_core::backend::sync::lock;
-use bus_core::{BusError, StoredEvent};
+use bus_core::{BusError, StoredEvent, StoredRecord};
+
+/// The events of `records`, their headers dropped.
+fn events(records: Vec<StoredRecord>) -> Vec<StoredEvent> {
+    records.into_iter().map(|record| record.event).collect()
+}
 
 use super::NatsFeed;
 use crate::errors::unavailable;
@@ -24,7 +29,7 @@ impl NatsFeed {
         from: u64,
         max: usize,
         trust_end: bool,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let inner = &*self.inner;
         let part = inner.part(partition)?;
         let auth = inner.shared.auth();
@@ -94,7 +99,7 @@ impl Feed for NatsFeed {
         from: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
-        self.read_from(partition, from, max, true)
+        Ok(events(self.read_from(partition, from, max, true)?))
     }
 
     /// Fetches from the stream when the push buffer has nothing at `from`,
@@ -107,6 +112,26 @@ impl Feed for NatsFeed {
         from: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
+        Ok(events(self.read_from(partition, from, max, false)?))
+    }
+
+    /// [`Feed::read`] with the headers (C25): what the subscription reads.
+    fn read_records(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
+        self.read_from(partition, from, max, true)
+    }
+
+    /// [`Feed::read_below_head`] with the headers.
+    fn read_records_below_head(
+        &mut self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<StoredRecord>, BusError> {
         self.read_from(partition, from, max, false)
     }
 
@@ -138,7 +163,7 @@ impl NatsFeed {
         partition: u32,
         mut taken: Vec<RawMessage>,
         auth: Option<&bus_core::auth::RecordAuth>,
-    ) -> Result<Vec<StoredEvent>, BusError> {
+    ) -> Result<Vec<StoredRecord>, BusError> {
         let name = self.inner.topic.spec.name.as_str();
         let result = fetch::decode_all(name, partition, auth, &taken);
         let used = match &result {

@@ -93,6 +93,10 @@ impl Namespace for NatsNamespace {
         if let Some(tag) = &raw.tag {
             headers.insert(TAG_HEADER, to_hex(tag));
         }
+        // The caller's headers (C25) as the bus writes them.
+        for (name, value) in raw.headers.iter() {
+            headers.insert(name, encode_header_text(value));
+        }
         let payload = bytes::Bytes::from(raw.value.clone());
         self.runtime
             .block_on(async move {

@@ -85,12 +85,20 @@ impl Namespace for PostgresNamespace {
                       c AS (UPDATE {s}.partitions SET next_offset = next_offset + 1
                             WHERE topic_id = (SELECT id FROM t) AND partition = $2
                             RETURNING next_offset - 1 AS o)
-                 INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, value, tag, stored_at)
+                 INSERT INTO {s}.records (topic_id, partition, \"offset\", key, uid, value, tag, stored_at, headers)
                  SELECT (SELECT id FROM t), $2, o, $3, $4, $5, $6,
-                        (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM c"
+                        (extract(epoch FROM clock_timestamp()) * 1000)::bigint, $7::text::jsonb FROM c"
             );
+            // The caller's headers (C25) as the bus stores them.
+            let headers = (!raw.headers.is_empty())
+                .then(|| serde_json::to_string(&raw.headers))
+                .transpose()
+                .map_err(|error| BusError::backend("postgres", format!("headers: {error}")))?;
             let inserted = client
-                .execute(&sql, &[&topic, &part, &raw.key, &raw.uid, &raw.value, &raw.tag])
+                .execute(
+                    &sql,
+                    &[&topic, &part, &raw.key, &raw.uid, &raw.value, &raw.tag, &headers],
+                )
                 .await
                 .map_err(|error| BusError::backend("postgres", format!("raw insert: {error}")))?;
             if inserted == 1 {

@@ -11,4 +11,5 @@ mod consumer_outage;
 mod consumer_tx;
 mod database;
 mod outage;
+mod outbox;
 mod secure;

@@ -14,11 +14,13 @@ mod c20;
 mod c21;
 mod c22;
 mod c23;
+mod c25;
 
 pub use c20::*;
 pub use c21::*;
 pub use c22::*;
 pub use c23::*;
+pub use c25::*;
 
 pub(super) const WAIT: Duration = Duration::from_secs(10);
 

@@ -15,7 +15,10 @@
 //! count: u32      records in the frame
 //! stored_at: u64  epoch ms the batch was written
 //! lead: u32       version 2 only: records of the batch before this frame
-//! records:        count × { flags: u8, key_len: u32, key, [uid_len: u32, uid], [tag_len: u16, tag], value_len: u32, value }
+//! records:        count × { flags: u8, key_len: u32, key, [uid_len: u32, uid], [tag_len: u16, tag],
+//!                 [headers_len: u32, headers], value_len: u32, value }
+//!                 record flags: bit 0 = has UID, bit 1 = has tag, bit 2 = has headers (C25);
+//!                 headers: count: u16, count × { name_len: u16, name, value_len: u16, value }
 //!                 or, compressed: codec: u8 (1 lz4 block, 2 zstd), raw_len: u32, the records compressed,
 //!                 end: u8 = 0xB5 (so the frame's last byte is never zero, as a plain frame's is not:
 //!                 recovery takes a zero last byte for zeros written ahead)
@@ -64,6 +67,13 @@ pub(crate) const FRAME_RECORDS: usize = 16;
 pub(crate) const FRAME_BYTES: usize = 32 << 10;
 const HAS_UID: u8 = 1;
 const HAS_TAG: u8 = 2;
+/// Record flag: headers follow the tag (C25). A record flag rather than a
+/// frame version: frames of records without headers are byte for byte what
+/// they were, so segments written before headers read unchanged, and a
+/// version from before headers refuses a record that has them as a
+/// malformed frame (it checks for unknown record flags) instead of reading
+/// the headers as the value.
+const HAS_HEADERS: u8 = 4;
 /// Frames longer than this are treated as damage, not allocated.
 pub(crate) const MAX_BODY: u64 = 1 << 31;
 
@@ -73,6 +83,8 @@ pub(crate) struct NewRecord {
     pub key: String,
     pub uid: Option<String>,
     pub tag: Option<Vec<u8>>,
+    /// [`encode_headers`] of the record's headers; empty when it has none.
+    pub headers: Vec<u8>,
     pub value: Vec<u8>,
 }
 
@@ -82,6 +94,8 @@ pub(crate) struct RecordRef<'a> {
     pub key: &'a [u8],
     pub uid: Option<&'a [u8]>,
     pub tag: Option<&'a [u8]>,
+    /// The encoded headers, checked to parse when the frame was decoded.
+    pub headers: Option<&'a [u8]>,
     pub value: &'a [u8],
 }
 
@@ -109,6 +123,11 @@ pub(crate) fn record_size(r: &NewRecord) -> usize {
         + r.key.len()
         + r.uid.as_ref().map_or(0, |u| 4 + u.len())
         + r.tag.as_ref().map_or(0, |t| 2 + t.len())
+        + if r.headers.is_empty() {
+            0
+        } else {
+            4 + r.headers.len()
+        }
         + 4
         + r.value.len()
 }
@@ -302,7 +321,12 @@ pub(crate) fn encode_compressed_into(
 fn put_records(out: &mut Vec<u8>, records: &[&NewRecord]) -> Result<(), String> {
     for record in records {
         let flags = if record.uid.is_some() { HAS_UID } else { 0 }
-            | if record.tag.is_some() { HAS_TAG } else { 0 };
+            | if record.tag.is_some() { HAS_TAG } else { 0 }
+            | if record.headers.is_empty() {
+                0
+            } else {
+                HAS_HEADERS
+            };
         out.push(flags);
         put_bytes32(out, record.key.as_bytes())?;
         if let Some(uid) = &record.uid {
@@ -313,9 +337,54 @@ fn put_records(out: &mut Vec<u8>, records: &[&NewRecord]) -> Result<(), String> 
             out.extend_from_slice(&tag_len.to_le_bytes());
             out.extend_from_slice(tag);
         }
+        if !record.headers.is_empty() {
+            put_bytes32(out, &record.headers)?;
+        }
         put_bytes32(out, &record.value)?;
     }
     Ok(())
+}
+
+/// The frame encoding of `headers` (C25): empty for none, else a count and
+/// each name and value with a 16-bit length (the bus's limits keep both
+/// far below it; longer ones are refused, never cut).
+pub(crate) fn encode_headers(headers: &bus_core::Headers) -> Result<Vec<u8>, String> {
+    if headers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(2 + headers.bytes() + 4 * headers.len());
+    let count = u16::try_from(headers.len()).map_err(|_| "too many headers")?;
+    out.extend_from_slice(&count.to_le_bytes());
+    for (name, value) in headers.iter() {
+        for text in [name, value] {
+            let len = u16::try_from(text.len()).map_err(|_| "header too long")?;
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+    Ok(out)
+}
+
+/// Reverses [`encode_headers`]; `None` when the block does not parse
+/// exactly (lengths past its end, trailing bytes, text that is not UTF-8).
+pub(crate) fn decode_headers(block: &[u8]) -> Option<bus_core::Headers> {
+    fn text<'b>(rest: &mut &'b [u8]) -> Option<&'b str> {
+        let (len, tail) = rest.split_first_chunk::<2>()?;
+        let len = usize::from(u16::from_le_bytes(*len));
+        let (text, tail) = (tail.get(..len)?, tail.get(len..)?);
+        *rest = tail;
+        std::str::from_utf8(text).ok()
+    }
+    let (count, mut rest) = block.split_first_chunk::<2>()?;
+    let count = u16::from_le_bytes(*count);
+    let mut pairs = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        let name = text(&mut rest)?;
+        let value = text(&mut rest)?;
+        pairs.push((name, value));
+    }
+    rest.is_empty()
+        .then(|| bus_core::Headers::from_stored(pairs))
 }
 
 fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), String> {
@@ -510,7 +579,7 @@ impl<'a> Records<'a> {
     fn next_record(&mut self) -> Result<RecordRef<'a>, Fault> {
         let flags = self.take(1)?[0];
         // Bits this version does not know would change how the rest parses.
-        if flags & !(HAS_UID | HAS_TAG) != 0 {
+        if flags & !(HAS_UID | HAS_TAG | HAS_HEADERS) != 0 {
             return Err(Fault::Malformed(format!(
                 "unknown record flags {flags:#04x}"
             )));
@@ -528,11 +597,21 @@ impl<'a> Records<'a> {
         } else {
             None
         };
+        let headers = if flags & HAS_HEADERS != 0 {
+            let block = self.bytes32()?;
+            if decode_headers(block).is_none() {
+                return Err(Fault::Malformed("record headers do not parse".to_owned()));
+            }
+            Some(block)
+        } else {
+            None
+        };
         let value = self.bytes32()?;
         Ok(RecordRef {
             key,
             uid,
             tag,
+            headers,
             value,
         })
     }

@@ -9,12 +9,14 @@ fn round_trip() {
         key: "k".into(),
         uid: Some("u".into()),
         tag: Some(vec![1; 32]),
+        headers: Vec::new(),
         value: b"{}".to_vec(),
     };
     let b = NewRecord {
         key: String::new(),
         uid: None,
         tag: None,
+        headers: Vec::new(),
         value: b"1".to_vec(),
     };
     let bytes = encode(7, 99, &[&a, &b]).unwrap();
@@ -47,6 +49,7 @@ fn numbered(n: usize, value_bytes: usize) -> Vec<NewRecord> {
             key: i.to_string(),
             uid: Some(format!("u{i}")),
             tag: None,
+            headers: Vec::new(),
             value: vec![b'1'; value_bytes],
         })
         .collect()
@@ -181,6 +184,7 @@ fn unknown_record_flags_are_malformed() {
         key: "k0".into(),
         uid: Some("u0".into()),
         tag: None,
+        headers: Vec::new(),
         value: br#"{"n":0}"#.to_vec(),
     };
     let mut bytes = encode(0, 1, &[&record]).unwrap();
@@ -202,6 +206,7 @@ fn events(n: usize) -> Vec<NewRecord> {
             key: format!("user-{}", i % 7),
             uid: Some(format!("evt-{i:08}")),
             tag: None,
+            headers: Vec::new(),
             value: format!(
                 r#"{{"kind":"login","user":"user-{}","n":{i},"ok":true}}"#,
                 i % 7
@@ -311,6 +316,7 @@ fn compressed_frames_never_end_in_a_zero_byte() {
                 key: "k".to_owned(),
                 uid: None,
                 tag: None,
+                headers: Vec::new(),
                 value: format!(r#"{{"trace":"{digits}","n":{i}}}"#).into_bytes(),
             }
         })
@@ -349,6 +355,7 @@ fn records_that_do_not_shrink_are_stored_uncompressed() {
         key: "k".into(),
         uid: None,
         tag: None,
+        headers: Vec::new(),
         value: b"1".to_vec(),
     };
     let mut encoder = Encoder::new(Compression::Zstd);
@@ -458,4 +465,60 @@ fn bad_compressed_sections_with_a_valid_checksum_are_malformed() {
     let crc = crc32c::crc32c(&short[PREFIX..]);
     short[4..8].copy_from_slice(&crc.to_le_bytes());
     assert!(malformed(&short), "no room for codec and raw_len");
+}
+
+/// C25: a record with headers sets record flag bit 2 and reads them back;
+/// a record without them is encoded exactly as before headers existed (the
+/// same bytes as a frame written by hand in the old layout), so old
+/// segments read unchanged.
+#[test]
+fn headers_round_trip_and_records_without_them_keep_their_bytes() {
+    let headers = bus_core::Headers::try_from_pairs([("trace", "t-1"), ("ü", "x")]);
+    assert!(headers.is_err(), "names are ASCII");
+    let headers = bus_core::Headers::try_from_pairs([("trace", "t-1"), ("empty", "")]).unwrap();
+    let with = NewRecord {
+        key: "k".into(),
+        uid: None,
+        tag: Some(vec![2; 32]),
+        headers: encode_headers(&headers).unwrap(),
+        value: b"{}".to_vec(),
+    };
+    let without = NewRecord {
+        headers: Vec::new(),
+        ..with.clone()
+    };
+    let bytes = encode(0, 1, &[&with, &without]).unwrap();
+    let prefix: [u8; PREFIX] = bytes[..PREFIX].try_into().unwrap();
+    let mut raw = Vec::new();
+    let frame = decode(&prefix, &bytes[PREFIX..], &mut raw).unwrap();
+    let records: Vec<_> = frame.records().collect();
+    let read = decode_headers(records[0].headers.unwrap()).unwrap();
+    assert_eq!(read, headers);
+    assert_eq!(records[0].value, b"{}");
+    assert_eq!(records[1].headers, None);
+    // The old layout of the record without headers, written by hand.
+    let mut old = vec![HAS_TAG];
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(b"k");
+    old.extend_from_slice(&32u16.to_le_bytes());
+    old.extend_from_slice(&[2; 32]);
+    old.extend_from_slice(&2u32.to_le_bytes());
+    old.extend_from_slice(b"{}");
+    assert!(
+        bytes.ends_with(&old),
+        "a record without headers keeps the old bytes"
+    );
+    // A headers block that does not parse makes the frame malformed.
+    for bad in [vec![1, 0], vec![1, 0, 5, 0, b'a'], vec![0, 0, 0]] {
+        let forged = NewRecord {
+            headers: bad,
+            ..with.clone()
+        };
+        let bytes = encode(0, 1, &[&forged]).unwrap();
+        let prefix: [u8; PREFIX] = bytes[..PREFIX].try_into().unwrap();
+        assert!(matches!(
+            decode(&prefix, &bytes[PREFIX..], &mut Vec::new()),
+            Err(Fault::Malformed(_))
+        ));
+    }
 }
