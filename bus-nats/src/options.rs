@@ -291,6 +291,7 @@ impl NatsOptions {
     /// back off to at most one second, so the bus recovers soon after the
     /// server returns (contract C10).
     pub(crate) async fn connect_options(&self) -> Result<async_nats::ConnectOptions, BusError> {
+        ensure_crypto_provider();
         let mut options = async_nats::ConnectOptions::new()
             .name(&self.name)
             .connection_timeout(self.connect_timeout)
@@ -324,6 +325,21 @@ impl NatsOptions {
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
         Ok(options)
+    }
+}
+
+/// rustls chooses a process-wide crypto provider by itself only when exactly
+/// one is compiled in, and async-nats builds its TLS configuration from that
+/// default. A program that also links a client on aws-lc-rs (object_store's
+/// S3 client, as `bus`'s cold tier does) has two, and the first TLS
+/// handshake of async-nats panicked ("no process-level CryptoProvider
+/// available"; the CI rehearsal of 471444f). When the program has chosen
+/// none, install ring's, the provider async-nats is built with; a program
+/// that chose one keeps it.
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one first, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
