@@ -52,6 +52,10 @@ pub struct Sql {
     pub(crate) schema: String,
     pub(crate) version: String,
     pub(crate) meta_table: String,
+    /// `"schema".records`, to ask whether it lacks the headers column.
+    pub(crate) records_table: String,
+    /// Adds the headers column (C25) to a records table made before it.
+    pub(crate) add_headers: String,
     pub(crate) create: String,
     pub(crate) topic_by_name: String,
     pub(crate) topic_names: String,
@@ -80,6 +84,8 @@ impl Sql {
         Self {
             schema: schema.to_owned(),
             meta_table: format!("{s}.meta"),
+            records_table: format!("{s}.records"),
+            add_headers: format!("ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS headers jsonb"),
             version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
             create: format!(
                 "CREATE SCHEMA IF NOT EXISTS {s};

@@ -43,6 +43,36 @@ pub(crate) async fn check_version(
             ),
         ));
     }
+    add_headers_column(shared, client).await
+}
+
+/// Every read names the headers column (C25), so a records table made
+/// before it gets it when a bus connects, not only at the next provision
+/// (a bus that only reads old records failed with "column headers does not
+/// exist"). Asked first: ALTER TABLE would take the table's exclusive lock
+/// on every connect. A nullable column is a catalog change (no rewrite),
+/// and NULL reads as "no headers", so old rows read and verify as before.
+async fn add_headers_column(shared: &Shared, client: &impl GenericClient) -> Result<(), BusError> {
+    let missing = client
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL AND NOT EXISTS (
+                 SELECT 1 FROM pg_attribute
+                 WHERE attrelid = to_regclass($1) AND attname = 'headers' AND NOT attisdropped)",
+            &[&shared.sql.records_table],
+        )
+        .await
+        .map_err(|e| pg("headers column check", &e))?;
+    if missing.get::<_, bool>(0) {
+        client
+            .batch_execute(&shared.sql.add_headers)
+            .await
+            .map_err(|e| {
+                pg(
+                    "adding the headers column (C25) to a table made before it",
+                    &e,
+                )
+            })?;
+    }
     Ok(())
 }
 
