@@ -2,7 +2,7 @@
 //! history copied into immutable objects in object storage and read back
 //! with the same offsets, values, `stored_at` and tags, gap-free.
 //!
-//! - [`format`]: the object format (CRC-32C per frame, an index per object,
+//! - [`mod@format`]: the object format (CRC-32C per frame, an index per object,
 //!   each record's HMAC tag kept).
 //! - `store`: the layout — segment objects and per-generation manifest
 //!   objects, all written with `PutMode::Create`; an object counts only once

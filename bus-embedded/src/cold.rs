@@ -5,7 +5,7 @@
 //!
 //! Where a topic's cold tier is lives in the topic's directory
 //! (`topics/<topic>/cold.json`, `{"location": "file:///…" | "s3://…"}`),
-//! written by [`attach`]; a location never holds credentials (S3 keys come
+//! written by [`attach`](crate::cold::attach); a location never holds credentials (S3 keys come
 //! from the environment, see [`bus_cold::ColdLocation::parse`]).
 //!
 //! Kept in this file (and three one-line hooks) so the log's own code is

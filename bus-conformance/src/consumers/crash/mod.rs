@@ -41,7 +41,7 @@ mod parent;
 #[cfg(test)]
 mod tests;
 
-pub use child::{plain_ack, role, run_child, say, var};
+pub use child::{Role, plain_ack, role, run_child, say, var};
 pub use parent::{Outcome, Run, lines, spawn_child};
 
 /// The variable that makes the test binary a child: its mode.
