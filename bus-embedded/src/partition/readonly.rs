@@ -45,6 +45,7 @@ pub(crate) fn open_partition(
         hinted_len: None,
         poisoned: Some(Poison::note(READ_ONLY)),
         dirty: false,
+        synced: 0,
         allocated: 0,
         recovery_point: None,
         encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),

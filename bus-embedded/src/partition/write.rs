@@ -182,6 +182,9 @@ impl Partition {
         let pos = writer.pos;
         writer.pos += len;
         writer.next += records.len() as u64;
+        if !writer.dirty {
+            writer.synced = writer.pos;
+        }
         let mut entries = Vec::new();
         for (frame_base, at, compressed) in frames {
             let frame_pos = pos + at;
