@@ -1,5 +1,6 @@
 //! What a power cut leaves on disk, written by hand (no FUSE; #29): an
-//! `Interval` log with a hole of zeros followed by whole frames.
+//! `Interval` log with a hole of zeros followed by whole frames, and a torn
+//! or garbage `acked` marker in front of a read-only open.
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 use std::path::Path;
@@ -127,5 +128,42 @@ fn damage_below_an_interval_logs_recovery_point_is_still_corrupt() {
             assert!(location.ends_with(".log"), "{location}");
         }
         other => panic!("damage below the recovery point must be Corrupt: {other:?}"),
+    }
+}
+
+/// The `acked` marker is never fsynced: after a power cut it can be empty,
+/// partly written, zeros, garbage or stale. A read-only open made before
+/// any writer reopens must show every fsynced record whatever it holds.
+#[test]
+fn a_torn_or_garbage_acked_marker_hides_nothing_from_a_reader_without_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = bus_embedded::testing::partition_dir(dir.path(), TOPIC, 0).join("acked");
+    let stale = {
+        let bus = EmbeddedBus::open(dir.path()).unwrap();
+        provision(&bus, 1);
+        publish(&bus, 0, 3);
+        let stale = std::fs::read(&marker).unwrap();
+        publish(&bus, 3, 17);
+        stale
+    };
+    let mut garbage = [0u8; 24];
+    for (i, b) in garbage.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(151).wrapping_add(7);
+    }
+    let cases: [(&str, Vec<u8>); 6] = [
+        ("empty", Vec::new()),
+        ("zeros", vec![0; 24]),
+        ("partly written", stale[..10].to_vec()),
+        ("garbage", garbage.to_vec()),
+        (
+            "torn: half of an older marker",
+            [&stale[..12], &[0xAB; 12][..]].concat(),
+        ),
+        ("stale but valid", stale.clone()),
+    ];
+    for (what, bytes) in cases {
+        std::fs::write(&marker, &bytes).unwrap();
+        let reader = EmbeddedBus::open_read_only(dir.path()).unwrap();
+        assert_first(&reader, 20, what);
     }
 }
