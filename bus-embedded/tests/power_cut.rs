@@ -523,24 +523,37 @@ fn a_failed_background_fsync_poisons_an_interval_partition_and_reopen_recovers()
         assert!(Instant::now() < deadline, "the flusher never ran");
         std::thread::yield_now();
     }
-    // Arm a failure until it hits the segment's fsync (a recovery point's
-    // own fsync may take it first: that is only a warning).
+    // Arm a failure until it hits the segment's fsync: a recovery point's
+    // own fsync may take it first (only a warning), which the flusher's
+    // next fsync shows (a poisoned partition never fsyncs again, and this
+    // bus has one partition), and then it is armed again.
     let mut acked = flushed.clone();
+    let mut armed_at: Option<u64> = None;
     let mut i = 0;
     let error = loop {
         assert!(
             Instant::now() < deadline,
             "the partition was never poisoned"
         );
-        if !fs.fsync_failure_armed() {
-            fs.fail_next_fsync();
-        }
         let uid = format!("later-{i}");
         match bus.publish_idempotent(TOPIC, &format!("k{i}"), &value_for(&uid, i), &uid) {
             Ok(ack) => acked.push((uid.clone(), ack.partition, ack.offset, value_for(&uid, i))),
             Err(error) => break error,
         }
         i += 1;
+        match armed_at {
+            None => {
+                fs.fail_next_fsync();
+                armed_at = Some(u64::MAX);
+            }
+            // Not taken yet.
+            Some(_) if fs.fsync_failure_armed() => {}
+            // Taken: note the fsyncs then.
+            Some(u64::MAX) => armed_at = Some(fs.fsyncs()),
+            // An fsync since: the partition lives, the failure hit another file.
+            Some(at) if fs.fsyncs() > at => armed_at = None,
+            Some(_) => {}
+        }
     };
     assert!(
         matches!(&error, bus_core::BusError::Poisoned { cause, disk_full: false, .. }
