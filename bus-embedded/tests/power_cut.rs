@@ -454,10 +454,12 @@ fn a_failed_fsync_is_never_acked_nor_retried_and_reopen_recovers_the_acked() {
     assert_exactly(&bus, &acked);
 }
 
-/// ENOSPC (#29): the publish is refused with an error that says the disk
-/// is full, nothing acked is lost and the log stays readable; with space
-/// freed, publishing goes on (after reopening the bus: the partition stays
-/// refused until then), and every ack survives a power cut.
+/// ENOSPC (#29): a full disk is a clean, transient refusal. The publish
+/// fails with `Unavailable` saying the disk is full and nothing of it is
+/// stored (no offset taken, its UID unknown); the partition is not
+/// poisoned and the log stays readable, here and from a read-only open;
+/// once space is freed publishing goes on on the same bus, at the next
+/// offset, and every ack survives a power cut afterwards.
 #[test]
 fn a_full_disk_refuses_publishes_cleanly_and_publishing_goes_on_when_space_is_freed() {
     let Some((_root, fs)) = mount("a_full_disk_refuses_publishes") else {
@@ -468,32 +470,40 @@ fn a_full_disk_refuses_publishes_cleanly_and_publishing_goes_on_when_space_is_fr
     provision(&bus, PARTITIONS);
     let mut acked = publish_n(&bus, "before", 20);
     fs.set_disk_full(true);
-    let error = bus
-        .publish_idempotent(TOPIC, "k", &value_for("full", 0), "full")
-        .unwrap_err();
-    assert!(
-        matches!(
-            &error,
-            bus_core::BusError::Poisoned {
-                disk_full: true,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert!(error.to_string().contains("disk is full"), "{error}");
+    for i in 0..5 {
+        let uid = format!("full-{i}");
+        let error = bus
+            .publish_idempotent(TOPIC, &format!("k{i}"), &value_for(&uid, i), &uid)
+            .unwrap_err();
+        assert!(
+            matches!(&error, bus_core::BusError::Unavailable { backend, .. } if backend == "embedded"),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("disk is full"), "{error}");
+        assert_eq!(
+            bus.find_event_by_uid(TOPIC, &format!("k{i}"), &uid)
+                .unwrap(),
+            None
+        );
+    }
     assert_exactly(&bus, &acked);
     // A reader in another process opens beside the refused writer (C16).
     let reader = EmbeddedBus::open_read_only(&dir).unwrap();
     assert_exactly(&reader, &acked);
     drop(reader);
     fs.set_disk_full(false);
-    drop(bus);
-    let bus = EmbeddedBus::open(&dir).unwrap();
+    // The same bus, no reopen: the refused publishes took no offset.
+    let next: Vec<u64> = (0..PARTITIONS)
+        .map(|p| bus.offsets(TOPIC, p).unwrap().next)
+        .collect();
+    let after = publish_n(&bus, "after", 20);
+    for (uid, partition, offset, _) in &after {
+        assert!(*offset >= next[*partition as usize], "{uid} at {offset}");
+    }
+    acked.extend(after);
     assert_exactly(&bus, &acked);
-    acked.extend(publish_n(&bus, "after", 20));
-    drop(bus);
     fs.power_cut();
+    drop(bus);
     fs.power_on();
     let bus = EmbeddedBus::open(&dir).unwrap();
     assert_exactly(&bus, &acked);

@@ -4,8 +4,8 @@
 //!
 //! - `queue` and `commit`: publishers queue requests and share writer
 //!   rounds (group commit); `write`: one round's dedup, frames, write and
-//!   fsync; `flush`: the fsync of `Durability::Interval`; `close`: the
-//!   clean close and the recovery point;
+//!   fsync; `full`: a full disk's clean refusal; `flush`: the fsync of
+//!   `Durability::Interval`; `close`: the clean close and the recovery point;
 //! - `fetch` and `lookup`: the read side (offsets, UIDs); `file_cache`:
 //!   open files of sealed segments;
 //! - `recovery`, `readonly`, `retention`: opening a partition (for writing
@@ -20,6 +20,7 @@ mod commit;
 pub(crate) mod fetch;
 mod file_cache;
 mod flush;
+mod full;
 pub(crate) mod lookup;
 pub(crate) mod poison;
 mod queue;
