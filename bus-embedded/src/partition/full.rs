@@ -24,6 +24,10 @@ use bus_core::BusError;
 use crate::partition::poison::Poison;
 use crate::partition::{Partition, WriterState};
 
+/// The unit of the cut-back: a filesystem block.
+const BLOCK_BYTES: usize = 4096;
+const BLOCK: u64 = BLOCK_BYTES as u64;
+
 /// What a refused round's publishers get.
 pub(crate) fn refusal(topic: &str, partition: u32, error: &std::io::Error) -> BusError {
     let source = match error.raw_os_error() {
@@ -62,15 +66,14 @@ impl Partition {
                 .set_len(file, writer.allocated)
                 .map_err(|e| Poison::io(what, e))?;
         }
-        const BLOCK: u64 = 4096;
         let end = (writer.pos + len).min(writer.allocated);
         let mut at = writer.pos;
-        let mut buf = vec![0u8; BLOCK as usize];
-        let zeros = vec![0u8; BLOCK as usize];
+        let mut buf = [0u8; BLOCK_BYTES];
+        let zeros = [0u8; BLOCK_BYTES];
         while at < end {
             // Aligned blocks, so each one touches one filesystem block.
             let n = (BLOCK - at % BLOCK).min(end - at);
-            let n_usize = usize::try_from(n).unwrap_or(buf.len());
+            let n_usize = usize::try_from(n).unwrap_or(BLOCK_BYTES);
             let chunk = &mut buf[..n_usize];
             file.read_exact_at(chunk, at)
                 .map_err(|e| Poison::io(what, e))?;
