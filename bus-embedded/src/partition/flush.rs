@@ -15,7 +15,9 @@
 //! `Corrupt`). So the segment is cut back to what the last successful
 //! fsync covered: the records acked since (at most an interval's, the
 //! documented loss of `Interval`) are gone at once instead of at the next
-//! power loss, and a reopen recovers a consistent log.
+//! power loss, and a reopen recovers a consistent log. Until that reopen
+//! the poisoned bus no longer serves those records (their bytes are gone
+//! from the file; its index still names them).
 
 use bus_core::BusError;
 use bus_core::backend::sync::lock;
