@@ -36,8 +36,8 @@ eval "$(scripts/seaweedfs.sh env)"
 echo "test.sh: BUS_S3_ENDPOINT=$BUS_S3_ENDPOINT BUS_S3_BUCKET=$BUS_S3_BUCKET" >&2
 
 # The power-cut tests (#29; bus-testfs, run as root with /dev/fuse) are part of this run, short:
-# bus-embedded 10 rounds, bus-nats 6+6+2 cuts (about 22 s), bus-postgres 4+4 (about 36 s),
-# bus-kafka 2+2 (about 2 min: a JVM restart per cut). The long run: BUS_POWER_ROUNDS=200 (README).
+# bus-embedded 10 rounds per configuration, Interval torn cuts included (about 15 s), bus-nats
+# 6+6+2 cuts (about 22 s), bus-postgres 4+4 (about 36 s), bus-kafka 2+2 (about 2 min: a JVM restart per cut). The long run: BUS_POWER_ROUNDS=200 (README).
 # --all-features also compiles bus-conformance's testcontainers path; the
 # broker URLs exported above take precedence over it.
 cargo test --workspace --all-features "$@"

@@ -16,9 +16,17 @@ pub enum Durability {
     #[default]
     Sync,
     /// Ack right after the write, *before* fsync; a background thread
-    /// fsyncs dirty partitions every this many milliseconds. A crash (power
-    /// loss, not just a killed process) may lose acked records of the last
-    /// interval, and they are visible to fetch before they are durable.
+    /// fsyncs dirty partitions every this many milliseconds (and stores
+    /// how far that fsync reached). A crash (power loss, not just a killed
+    /// process) may lose acked records of the last interval, and they are
+    /// visible to fetch before they are durable: after a power cut, even a
+    /// torn one, the log reopens cut at the first record that did not
+    /// reach the disk, and every record the last completed fsync covered is
+    /// there. A failed background fsync poisons the partition
+    /// ([`BusError::Poisoned`](bus_core::BusError::Poisoned), saying the
+    /// records acked since the last good fsync are lost) and is never
+    /// retried; the records it covered are cut from the log at once, and
+    /// a reopen recovers a consistent log without them.
     Interval(u64),
 }
 

@@ -93,6 +93,9 @@ pub(crate) fn open(
                 )
             } else {
                 let partition = open_partition(&spec.name, p, partition_dir(&dir, p), options)?;
+                // After the recovery that read it, before the first write.
+                let interval = matches!(options.durability, crate::Durability::Interval(_));
+                crate::partition::unordered::set(&partition.dir, interval)?;
                 partition.set_compression(spec.compression);
                 partition.start_acked_end()?;
                 Ok(partition)

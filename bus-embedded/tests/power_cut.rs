@@ -289,9 +289,7 @@ fn sync_loses_no_acknowledged_record_in_power_cuts() {
     );
 }
 
-/// Whole cuts only: after a torn cut an Interval log can hold a frame
-/// lost with a later one kept, which the writer's recovery refuses as
-/// `Corrupt` (`interval_reopens_after_torn_cuts`, ignored: a known gap).
+/// Whole cuts (torn ones: `interval_reopens_after_torn_cuts`).
 #[test]
 fn interval_loses_at_most_the_last_interval_and_the_control_loses() {
     let interval_ms = 50;
@@ -322,6 +320,10 @@ fn interval_loses_at_most_the_last_interval_and_the_control_loses() {
     assert!(control.lost > 0, "the control lost nothing: {control:?}");
     assert_eq!(tally.duplicated + control.duplicated, 0);
     assert_eq!(tally.holes + control.holes, 0);
+    assert_eq!(
+        tally.read_only_missing, 0,
+        "a read-only open after the cut hid records recovery keeps: {tally:?}"
+    );
     // docs: an Interval(ms) ack may be lost if it is younger than the
     // flusher's last fsync, which runs every `ms` and takes its own time:
     // allowed, two intervals and a busy machine's scheduling (250 ms).
@@ -335,20 +337,38 @@ fn interval_loses_at_most_the_last_interval_and_the_control_loses() {
 
 /// Under `Durability::Interval` a torn cut can keep a later page of the
 /// unsynced tail and drop an earlier one: a hole of zeros, then whole
-/// frames. The writer's recovery takes "a frame verifies after the bad
-/// one" as damage to fsynced records and refuses to open (`Corrupt`),
-/// where under Interval it is the documented loss of the last interval.
-/// Run with `--ignored` to see it; telling the two apart needs the
-/// flusher's last fsync point on disk (not built).
+/// frames. The flusher stores the recovery point after each fsync and an
+/// `Interval` writer marks its partitions `unordered-tail`, so recovery cuts
+/// the log at the hole (the loss of the last interval) instead of refusing
+/// it as `Corrupt`; below the point the rule stays strict
+/// (`tests/it/power_loss_files.rs`). The loss bound is the whole cuts'.
 #[test]
-#[ignore = "known gap (#29): recovery refuses an Interval log a torn cut left with a hole"]
 fn interval_reopens_after_torn_cuts() {
-    let Some(tally) = run("interval_torn", Durability::Interval(50), rounds(), true) else {
+    let interval_ms = 50;
+    let Some(tally) = run(
+        "interval_torn",
+        Durability::Interval(interval_ms),
+        rounds(),
+        true,
+    ) else {
         return;
     };
     println!(
         "{HEADER}\n{}",
-        tally.row("embedded Interval(50), torn cuts")
+        tally.row(&format!("embedded Interval({interval_ms}), torn cuts"))
+    );
+    assert!(tally.acked > 0);
+    assert_eq!(tally.duplicated, 0, "{tally:?}");
+    assert_eq!(tally.holes, 0, "{tally:?}");
+    assert_eq!(
+        tally.read_only_missing, 0,
+        "a read-only open after the cut hid records recovery keeps: {tally:?}"
+    );
+    let bound = Duration::from_millis(2 * interval_ms + 250);
+    assert!(
+        tally.oldest_lost <= bound,
+        "Interval({interval_ms}) lost an ack {:?} old at a torn cut (bound {bound:?}): {tally:?}",
+        tally.oldest_lost
     );
 }
 
@@ -434,10 +454,12 @@ fn a_failed_fsync_is_never_acked_nor_retried_and_reopen_recovers_the_acked() {
     assert_exactly(&bus, &acked);
 }
 
-/// ENOSPC (#29): the publish is refused with an error that says the disk
-/// is full, nothing acked is lost and the log stays readable; with space
-/// freed, publishing goes on (after reopening the bus: the partition stays
-/// refused until then), and every ack survives a power cut.
+/// ENOSPC (#29): a full disk is a clean, transient refusal. The publish
+/// fails with `Unavailable` saying the disk is full and nothing of it is
+/// stored (no offset taken, its UID unknown); the partition is not
+/// poisoned and the log stays readable, here and from a read-only open;
+/// once space is freed publishing goes on on the same bus, at the next
+/// offset, and every ack survives a power cut afterwards.
 #[test]
 fn a_full_disk_refuses_publishes_cleanly_and_publishing_goes_on_when_space_is_freed() {
     let Some((_root, fs)) = mount("a_full_disk_refuses_publishes") else {
@@ -448,33 +470,148 @@ fn a_full_disk_refuses_publishes_cleanly_and_publishing_goes_on_when_space_is_fr
     provision(&bus, PARTITIONS);
     let mut acked = publish_n(&bus, "before", 20);
     fs.set_disk_full(true);
-    let error = bus
-        .publish_idempotent(TOPIC, "k", &value_for("full", 0), "full")
-        .unwrap_err();
-    assert!(
-        matches!(
-            &error,
-            bus_core::BusError::Poisoned {
-                disk_full: true,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    assert!(error.to_string().contains("disk is full"), "{error}");
+    for i in 0..5 {
+        let uid = format!("full-{i}");
+        let error = bus
+            .publish_idempotent(TOPIC, &format!("k{i}"), &value_for(&uid, i), &uid)
+            .unwrap_err();
+        assert!(
+            matches!(&error, bus_core::BusError::Unavailable { backend, .. } if backend == "embedded"),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("disk is full"), "{error}");
+        assert_eq!(
+            bus.find_event_by_uid(TOPIC, &format!("k{i}"), &uid)
+                .unwrap(),
+            None
+        );
+    }
     assert_exactly(&bus, &acked);
     // A reader in another process opens beside the refused writer (C16).
     let reader = EmbeddedBus::open_read_only(&dir).unwrap();
     assert_exactly(&reader, &acked);
     drop(reader);
     fs.set_disk_full(false);
-    drop(bus);
-    let bus = EmbeddedBus::open(&dir).unwrap();
+    // The same bus, no reopen: the refused publishes took no offset.
+    let next: Vec<u64> = (0..PARTITIONS)
+        .map(|p| bus.offsets(TOPIC, p).unwrap().next)
+        .collect();
+    let after = publish_n(&bus, "after", 20);
+    for (uid, partition, offset, _) in &after {
+        assert!(*offset >= next[*partition as usize], "{uid} at {offset}");
+    }
+    acked.extend(after);
     assert_exactly(&bus, &acked);
-    acked.extend(publish_n(&bus, "after", 20));
-    drop(bus);
     fs.power_cut();
+    drop(bus);
     fs.power_on();
     let bus = EmbeddedBus::open(&dir).unwrap();
     assert_exactly(&bus, &acked);
+}
+
+/// EIO from the flusher's fsync under `Durability::Interval` (#29): the
+/// partition is poisoned with an error that says the background fsync
+/// failed and what it lost, no fsync runs on it again (the bus closes
+/// without one), and the log recovers consistently: every ack the last
+/// good fsync covered is there, the records acked since may be gone (the
+/// documented loss of an interval), nothing else is, and no cut later
+/// finds damage below the recovery point a reopen stored.
+#[test]
+fn a_failed_background_fsync_poisons_an_interval_partition_and_reopen_recovers() {
+    let Some((_root, fs)) = mount("a_failed_background_fsync") else {
+        return;
+    };
+    let dir = fs.path().join("data");
+    let options = || Options::default().durability(Durability::Interval(20));
+    let bus = EmbeddedBus::open_with(&dir, options()).unwrap();
+    provision(&bus, 1);
+    let clean = fs.dirty_pages();
+    let flushed = publish_n(&bus, "flushed", 20);
+    // The flusher's fsync covered them (its pages are clean again).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fs.dirty_pages() > clean {
+        assert!(Instant::now() < deadline, "the flusher never ran");
+        std::thread::yield_now();
+    }
+    // Arm a failure until it hits the segment's fsync: a recovery point's
+    // own fsync may take it first (only a warning), which the flusher's
+    // next fsync shows (a poisoned partition never fsyncs again, and this
+    // bus has one partition), and then it is armed again.
+    let mut acked = flushed.clone();
+    let mut armed_at: Option<u64> = None;
+    let mut i = 0;
+    let error = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the partition was never poisoned"
+        );
+        let uid = format!("later-{i}");
+        match bus.publish_idempotent(TOPIC, &format!("k{i}"), &value_for(&uid, i), &uid) {
+            Ok(ack) => acked.push((uid.clone(), ack.partition, ack.offset, value_for(&uid, i))),
+            Err(error) => break error,
+        }
+        i += 1;
+        match armed_at {
+            None => {
+                fs.fail_next_fsync();
+                armed_at = Some(u64::MAX);
+            }
+            // Not taken yet.
+            Some(_) if fs.fsync_failure_armed() => {}
+            // Taken: note the fsyncs then.
+            Some(u64::MAX) => armed_at = Some(fs.fsyncs()),
+            // An fsync since: the partition lives, the failure hit another file.
+            Some(at) if fs.fsyncs() > at => armed_at = None,
+            Some(_) => {}
+        }
+    };
+    assert!(
+        matches!(&error, bus_core::BusError::Poisoned { cause, disk_full: false, .. }
+            if cause.contains("background fsync") && cause.contains("lost")),
+        "{error:?}"
+    );
+    let fsyncs = fs.fsyncs();
+    drop(bus);
+    assert_eq!(fs.fsyncs(), fsyncs, "an fsync after the failed one");
+    // Same boot: consistent, with at least what the last good fsync had.
+    let verify = |bus: &EmbeddedBus, must: &[(String, u32, u64, serde_json::Value)]| {
+        let shown = vec![(0, read_partition(bus, 0))];
+        let (lost, _, duplicated, holes) = check(&acked_as(must), &shown, Instant::now());
+        assert!(lost.is_empty(), "lost {lost:?}");
+        assert_eq!((duplicated, holes), (0, 0));
+        let (_, events) = &shown[0];
+        for event in events {
+            let uid = event.value["uid"].as_str().unwrap();
+            assert!(
+                acked
+                    .iter()
+                    .chain(must)
+                    .any(|a| a.0 == uid && a.2 == event.offset),
+                "{uid} never acked there"
+            );
+        }
+        events.len()
+    };
+    let bus = EmbeddedBus::open_with(&dir, options()).unwrap();
+    let kept = verify(&bus, &flushed);
+    let reopened = publish_n(&bus, "reopened", 5);
+    drop(bus);
+    fs.power_cut();
+    fs.power_on();
+    let bus = EmbeddedBus::open_with(&dir, options()).unwrap();
+    let mut must = flushed.clone();
+    must.extend(reopened);
+    assert_eq!(verify(&bus, &must), kept + 5);
+}
+
+fn acked_as(list: &[(String, u32, u64, serde_json::Value)]) -> Vec<Acked> {
+    list.iter()
+        .map(|(uid, partition, offset, value)| Acked {
+            uid: uid.clone(),
+            partition: *partition,
+            offset: *offset,
+            value: value.clone(),
+            at: Instant::now(),
+        })
+        .collect()
 }

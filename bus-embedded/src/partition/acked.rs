@@ -11,17 +11,15 @@
 //! stores it again after recovery. One `pwrite` per round, about 2 µs
 //! (`examples/bench_subscribe.rs`), beside a round's fsync.
 //!
-//! After a power loss the marker cannot be trusted to be there: never
-//! fsynced, it comes back empty (or zero-filled) while the frames it
+//! After a power loss the marker cannot be trusted: never fsynced, it comes
+//! back empty, zero-filled, stale, torn or garbage while the frames it
 //! covered were fsynced and acked (#29: a read-only open after a cut showed
-//! none of the last run's acked records). A marker that was never written
-//! since the disk came back means no writer has opened the directory since
-//! (a writer stores it as it opens, after recovery), so nothing is being
-//! written: the reader shows every whole frame, which is what the next
-//! writer's recovery keeps. (Known limit: a filesystem that writes back an
-//! *older* version of the marker's page before the power goes leaves a
-//! stale, valid marker; the reader then shows less than was acked until a
-//! writer opens. A boot id in the marker would close that.)
+//! none of the last run's acked records; a garbage one hid them all too). A
+//! reader that finds no writer holding the directory (`readonly`) therefore
+//! does not read it at all and shows every whole frame up to the first bad
+//! one, which is what the next writer's recovery keeps. While a writer
+//! holds it, an empty or zero marker also means every whole frame (a writer
+//! is opening, after its recovery, before its first store).
 //!
 //! Under `Durability::Interval` a record is acked once written, so whole
 //! frames are exactly what is acked (a killed writer's whole frames survive

@@ -4,25 +4,30 @@
 //!
 //! - `queue` and `commit`: publishers queue requests and share writer
 //!   rounds (group commit); `write`: one round's dedup, frames, write and
-//!   fsync; `close`: the clean close and the recovery point;
+//!   fsync; `full`: a full disk's clean refusal; `flush`: the fsync of
+//!   `Durability::Interval`; `close`: the clean close and the recovery point;
 //! - `fetch` and `lookup`: the read side (offsets, UIDs); `file_cache`:
 //!   open files of sealed segments;
 //! - `recovery`, `readonly`, `retention`: opening a partition (for writing
 //!   or read-only) and rolling, sealing and deleting segments;
 //! - `acked` and `poison`: the acked end for read-only opens, and why a
-//!   partition refuses writes.
+//!   partition refuses writes; `unordered`: the marker of a writer that
+//!   acks before fsync, for recovery.
 
 pub(crate) mod acked;
 mod close;
 mod commit;
 pub(crate) mod fetch;
 mod file_cache;
+mod flush;
+mod full;
 pub(crate) mod lookup;
 pub(crate) mod poison;
 mod queue;
 pub(crate) mod readonly;
 pub(crate) mod recovery;
 pub(crate) mod retention;
+pub(crate) mod unordered;
 pub(crate) mod write;
 
 use bus_core::backend::sync::lock;
@@ -88,6 +93,9 @@ pub(crate) struct WriterState {
     pub poisoned: Option<Poison>,
     /// Bytes written but not yet fsynced ([`Durability::Interval`](crate::options::Durability::Interval)).
     pub dirty: bool,
+    /// Bytes of the active segment the writer knows fsynced (under
+    /// `Interval`, by the flusher's last fsync; see `flush`).
+    pub synced: u64,
     /// Length of the active segment's file: the frames, then zeros
     /// written ahead of `pos` (see [`write::ZERO_AHEAD_FRAMES_UNDER`]).
     pub allocated: u64,

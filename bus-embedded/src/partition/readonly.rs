@@ -45,6 +45,7 @@ pub(crate) fn open_partition(
         hinted_len: None,
         poisoned: Some(Poison::note(READ_ONLY)),
         dirty: false,
+        synced: 0,
         allocated: 0,
         recovery_point: None,
         encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),
@@ -290,7 +291,11 @@ impl Partition {
         {
             let _ = self.acked.set(marker);
         }
+        // No writer: the marker is not read at all. A power cut can leave
+        // it empty, stale, torn or garbage (never fsynced), and even a torn
+        // one must not hide fsynced, acked frames (#29).
         let limit = match self.acked.get() {
+            _ if no_writer => Limit::Whole,
             None => Limit::Whole,
             Some(marker) => match marker.load()? {
                 Stored::Point { base, len } => Limit::Acked { base, len },
@@ -302,7 +307,6 @@ impl Partition {
                 Stored::Torn => return Ok(()),
             },
         };
-        let limit = if no_writer { Limit::Whole } else { limit };
         let (active, oldest) = {
             let read = self.reader();
             let active = read.segments.last().map(|s| (s.base, s.index.len));

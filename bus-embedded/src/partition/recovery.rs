@@ -2,7 +2,9 @@
 //! rebuild them), verify the active segment frame by frame, truncate an
 //! unacknowledged torn tail, and refuse damage inside acknowledged data:
 //! anything below the recovery point (see `checkpoint`) and any bad frame
-//! that a verified frame follows.
+//! that a verified frame follows, unless the last writer acked before
+//! fsync (see `unordered`): past the recovery point its frames reached the
+//! disk in any order, and the log is cut at the first bad one.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,9 @@ pub(crate) fn open_partition(
     fsutil::create_dir(&dir)?;
     remove_temp_files(&dir)?;
     let point = checkpoint::read(&dir)?;
+    // The last writer acked before fsync (`unordered`): past the recovery
+    // point its frames may have reached the disk in any order.
+    let unordered = crate::partition::unordered::present(&dir);
     let mut bases = segment::list(&dir)?;
     if bases.is_empty() {
         if let Some(point) = point.filter(|p| p.base > 0 || p.len > 0) {
@@ -120,6 +125,7 @@ pub(crate) fn open_partition(
             hinted_len: Some(known.len),
             poisoned: None,
             dirty: false,
+            synced: known.len,
             allocated: known.len,
             recovery_point: point,
             encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),
@@ -180,10 +186,13 @@ pub(crate) fn open_partition(
         ));
     }
     // Past the recovery point nothing was known complete: a bad frame there
-    // is a torn tail unless a frame verifies after it. Without a recovery
+    // is a torn tail unless a frame verifies after it (or the writer acked
+    // before fsync: then later frames prove nothing). Without a recovery
     // point (a partition from before they existed), the bad frame must
     // also look torn.
-    let torn = if known.is_some() || point.is_some() {
+    let torn = if unordered {
+        true
+    } else if known.is_some() || point.is_some() {
         !scan.resumes
     } else {
         scan.torn
@@ -272,6 +281,7 @@ pub(crate) fn open_partition(
         hinted_len: None,
         poisoned: None,
         dirty: false,
+        synced: scan.valid_len,
         allocated: scan.valid_len,
         recovery_point: Some(recovered),
         encoder: crate::log::codec::Encoder::new(bus_core::Compression::None),

@@ -50,11 +50,7 @@ impl Partition {
         crate::partition::write::trim_zeros(&self.dir, self.options.files.as_ref(), writer)
             .map_err(|e| Poison::io("truncate", e))?;
         if writer.dirty {
-            self.options
-                .files
-                .sync_data(&writer.file)
-                .map_err(|e| Poison::io("fsync", e))?;
-            writer.dirty = false;
+            self.sync_unsynced(writer, "fsync before sealing a segment")?;
         }
         let sealed: SegmentIndex = self
             .reader()
@@ -117,6 +113,7 @@ impl Partition {
         writer.file = file;
         writer.base = next;
         writer.pos = 0;
+        writer.synced = 0;
         writer.allocated = 0;
         writer.last_indexed = None;
         writer.active_prefix = None;
@@ -186,20 +183,5 @@ impl Partition {
             return Err(error.into());
         }
         Ok(gone.iter().map(|(base, end)| end - base).sum())
-    }
-
-    /// Fsyncs bytes written under [`crate::Durability::Interval`].
-    pub(crate) fn flush(&self) -> Result<(), BusError> {
-        let mut writer = lock(&self.writer);
-        if !writer.dirty || writer.poisoned.is_some() {
-            return Ok(());
-        }
-        if let Err(error) = self.options.files.sync_data(&writer.file) {
-            let cause = Poison::io("fsync", error);
-            writer.poisoned = Some(cause.clone());
-            return Err(self.poisoned_error(&cause));
-        }
-        writer.dirty = false;
-        Ok(())
     }
 }

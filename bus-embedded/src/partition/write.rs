@@ -12,6 +12,7 @@ use bus_core::{BusError, backend::metrics, now_ms};
 use crate::log::checkpoint::{self, RecoveryPoint};
 use crate::log::frame::{self, NewRecord};
 use crate::options::Durability;
+use crate::partition::full;
 use crate::partition::poison::Poison;
 use crate::partition::queue::Request;
 use crate::partition::{Partition, WriterState};
@@ -87,6 +88,7 @@ impl Partition {
         };
         let failure = |error: &WriteError| match error {
             WriteError::Refused(reason) => BusError::invalid("records", reason.clone()),
+            WriteError::Full(error) => full::refusal(&self.topic, self.id, error),
             WriteError::Failed(cause) => self.poisoned_error(cause),
         };
         let error = match outcome {
@@ -114,6 +116,14 @@ impl Partition {
                 "write or fsync failed: partition poisoned until the bus is reopened"
             );
             writer.poisoned = Some(cause.clone());
+        }
+        if let WriteError::Full(cause) = &error {
+            tracing::warn!(
+                topic = %self.topic,
+                partition = self.id,
+                %cause,
+                "disk full: round refused, nothing of it stored; the partition stays open"
+            );
         }
         results
             .into_iter()
@@ -152,10 +162,10 @@ impl Partition {
         let files = &self.options.files;
         files
             .write_all_at(&writer.file, &bytes, writer.pos)
-            .map_err(|e| WriteError::Failed(Poison::io("write", e)))?;
+            .map_err(|e| self.write_failed(writer, len, e))?;
         let allocated = writer.allocated;
         self.zero_ahead(writer, writer.pos + len, len)
-            .map_err(|e| WriteError::Failed(Poison::io("write", e)))?;
+            .map_err(|e| self.write_failed(writer, len, e))?;
         // The file grew: its new extent is stored once this fsync made it
         // durable, before the ack (once per up to 4 MiB of small frames).
         let extended = writer.allocated > allocated;
@@ -182,6 +192,9 @@ impl Partition {
         let pos = writer.pos;
         writer.pos += len;
         writer.next += records.len() as u64;
+        if !writer.dirty {
+            writer.synced = writer.pos;
+        }
         let mut entries = Vec::new();
         for (frame_base, at, compressed) in frames {
             let frame_pos = pos + at;
@@ -218,6 +231,24 @@ impl Partition {
             read.uids.push(uid, offset);
         }
         Ok(())
+    }
+
+    /// The error a failed write of a round of `len` bytes ends in: a full
+    /// disk is a clean refusal once the bytes are put back (`full`), any
+    /// other failure poisons.
+    fn write_failed(
+        &self,
+        writer: &mut WriterState,
+        len: u64,
+        error: std::io::Error,
+    ) -> WriteError {
+        if !full::is_full(&error) {
+            return WriteError::Failed(Poison::io("write", error));
+        }
+        match self.undo_full_write(writer, len) {
+            Ok(()) => WriteError::Full(error),
+            Err(poison) => WriteError::Failed(poison),
+        }
     }
 
     /// Extends the active segment with zeros past `end` (where a frame of
@@ -269,6 +300,9 @@ impl Partition {
 enum WriteError {
     /// Nothing was written (the batch cannot be framed).
     Refused(String),
+    /// The disk is full: what the round wrote was put back, durably, and
+    /// the partition stays open (see `full`).
+    Full(std::io::Error),
     /// A write or fsync failed: poison.
     Failed(Poison),
 }

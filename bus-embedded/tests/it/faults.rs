@@ -182,3 +182,137 @@ fn a_full_disk_is_told_from_a_failing_device() {
 const fn libc_enospc() -> i32 {
     28
 }
+
+/// A disk that fills in the middle of a round: armed with `n`, the `n`-th
+/// write from then on stores half its bytes and fails with `ENOSPC` (as a
+/// short write on a full disk does), or the `n`-th growth of a file fails;
+/// everything else goes through.
+#[derive(Debug, Default)]
+struct FillsMidRound {
+    countdown: AtomicU64,
+}
+
+impl FillsMidRound {
+    /// Whether this operation is the one that meets the full disk.
+    fn fails(&self) -> bool {
+        self.countdown
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok_and(|n| n == 1)
+    }
+}
+
+impl FileLayer for FillsMidRound {
+    fn write_all_at(&self, file: &File, buf: &[u8], pos: u64) -> std::io::Result<()> {
+        if self.fails() {
+            file.write_all_at(&buf[..buf.len() / 2], pos)?;
+            return Err(std::io::Error::from_raw_os_error(libc_enospc()));
+        }
+        file.write_all_at(buf, pos)
+    }
+
+    fn sync_data(&self, file: &File) -> std::io::Result<()> {
+        file.sync_data()
+    }
+
+    fn set_len(&self, file: &File, len: u64) -> std::io::Result<()> {
+        if len > file.metadata()?.len() && self.fails() {
+            return Err(std::io::Error::from_raw_os_error(libc_enospc()));
+        }
+        file.set_len(len)
+    }
+}
+
+/// The UIDs a directory holds, opened as after a crash.
+fn uids_after_crash(root: &std::path::Path, live: &std::path::Path, name: &str) -> Vec<String> {
+    let crashed = root.join(name);
+    crate::support::copy_tree(live, &crashed);
+    let bus = open(&crashed);
+    let events = read_all(&bus, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_gap_free(&events);
+    events
+        .iter()
+        .map(|e| e.value["uid"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A full disk mid-round (#29): the publish is refused with `Unavailable`
+/// saying so, and nothing of it is stored, even where its frame was written
+/// whole before the disk filled (the zeros written after it failed): a crash
+/// right then must not bring the refused record back. The bytes are cut
+/// back at once (zeros inside the space written ahead, nothing past the
+/// file's old end), the partition stays open, and the next publishes take
+/// the refused one's place; a crash after them recovers exactly the acked.
+#[test]
+fn a_disk_full_mid_round_stores_nothing_and_publishing_goes_on() {
+    for durability in [
+        bus_embedded::Durability::Sync,
+        bus_embedded::Durability::Interval(3_600_000),
+    ] {
+        // 20 kB outgrows the zeros written ahead (16 kB) and is zeroed
+        // ahead in turn; 200 kB grows the file with a hole.
+        for big in [3_000usize, 20_000, 200_000] {
+            for nth in [1, 2] {
+                let what = format!("{durability:?}, {big} bytes, operation {nth} fails");
+                let root = tempfile::tempdir().unwrap();
+                let dir = root.path().join("live");
+                let layer = Arc::new(FillsMidRound::default());
+                let options = Options::default()
+                    .durability(durability)
+                    .file_layer(layer.clone());
+                let bus = EmbeddedBus::open_with(&dir, options).unwrap();
+                provision(&bus, 1);
+                let mut acked = Vec::new();
+                for i in 0..5 {
+                    let uid = format!("a{i}");
+                    bus.publish_idempotent(TOPIC, "k", &value_for(&uid, i), &uid)
+                        .unwrap();
+                    acked.push(uid);
+                }
+                layer.countdown.store(nth, Ordering::SeqCst);
+                let value = serde_json::json!({"uid": "big", "pad": "x".repeat(big)});
+                match bus.publish_idempotent(TOPIC, "k", &value, "big") {
+                    Err(error) => {
+                        assert!(
+                            matches!(&error, BusError::Unavailable { .. }),
+                            "{what}: {error:?}"
+                        );
+                        assert!(
+                            error.to_string().contains("disk is full"),
+                            "{what}: {error}"
+                        );
+                        assert_eq!(bus.find_event_by_uid(TOPIC, "k", "big").unwrap(), None);
+                    }
+                    // The round made a single write: nothing met the disk full.
+                    Ok(_) => {
+                        assert_eq!(nth, 2, "{what}: the first write went through");
+                        layer.countdown.store(0, Ordering::SeqCst);
+                        acked.push("big".to_owned());
+                    }
+                }
+                assert_eq!(
+                    uids_after_crash(root.path(), &dir, "refused"),
+                    acked,
+                    "{what}"
+                );
+                let from = acked.len();
+                for i in from..from + 5 {
+                    let uid = format!("a{i}");
+                    let ack = bus
+                        .publish_idempotent(TOPIC, "k", &value_for(&uid, i), &uid)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(ack.offset, i as u64, "{what}");
+                    acked.push(uid);
+                }
+                assert_eq!(
+                    uids_after_crash(root.path(), &dir, "after"),
+                    acked,
+                    "{what}"
+                );
+                drop(bus);
+                let bus = open(&dir);
+                let events = read_all(&bus, 0).unwrap();
+                assert_eq!(events.len(), acked.len(), "{what}");
+            }
+        }
+    }
+}

@@ -20,6 +20,7 @@ mod faults;
 mod file_layer_faults;
 mod forged_uids;
 mod limits;
+mod power_loss_files;
 mod readonly_damage;
 mod recovery;
 mod retention_reads;
