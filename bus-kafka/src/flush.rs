@@ -100,12 +100,18 @@ pub(crate) fn brokers_flush_each_message(
         .inner()
         .fetch_metadata(None, remaining(deadline))
         .map_err(|error| map_error(options, "reading metadata", error))?;
-    let ids: Vec<i32> = metadata.brokers().iter().map(|broker| broker.id()).collect();
+    let ids: Vec<i32> = metadata
+        .brokers()
+        .iter()
+        .map(|broker| broker.id())
+        .collect();
     if ids.is_empty() {
         return Ok(false);
     }
-    let resources: Vec<ResourceSpecifier<'_>> =
-        ids.iter().map(|id| ResourceSpecifier::Broker(*id)).collect();
+    let resources: Vec<ResourceSpecifier<'_>> = ids
+        .iter()
+        .map(|id| ResourceSpecifier::Broker(*id))
+        .collect();
     let results = tokio::runtime::Handle::current()
         .block_on(admin.describe_configs(&resources, &admin_options(deadline)))
         .map_err(|error| map_error(options, "describing the broker config", error))?;

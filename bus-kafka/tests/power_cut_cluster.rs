@@ -44,7 +44,8 @@ const LEAD_WAIT: Duration = Duration::from_secs(30);
 
 /// Node settings beyond the cluster's: leadership given back to the
 /// preferred replica promptly, so the node cut next leads a partition.
-const EXTRA: &str = "auto.leader.rebalance.enable=true\nleader.imbalance.check.interval.seconds=1\n";
+const EXTRA: &str =
+    "auto.leader.rebalance.enable=true\nleader.imbalance.check.interval.seconds=1\n";
 
 /// A base port with base+0..2 and base+100..102 free, in 26000..27902
 /// (cluster_faults.rs uses 31000 and up, the cluster scripts 24222 and
@@ -105,7 +106,11 @@ impl Cluster {
         // The format is the installation: `meta.properties` reaches the
         // disk as a writeback would. Everything later is strict.
         rounds::writeback(mount).map_err(|e| format!("writeback: {e}"))?;
-        let brokers = nodes.iter().map(Node::address).collect::<Vec<_>>().join(",");
+        let brokers = nodes
+            .iter()
+            .map(Node::address)
+            .collect::<Vec<_>>()
+            .join(",");
         Ok(Self {
             nodes,
             brokers,
@@ -215,7 +220,8 @@ fn one_node_of_three_loses_power_and_no_ack_is_lost() {
     let (backing, mnt) = (root.path().join("backing"), root.path().join("mnt"));
     std::fs::create_dir(&backing).expect("backing");
     std::fs::create_dir(&mnt).expect("mountpoint");
-    let Some(fs) = bus_testfs::mount_or_skip(test, &backing, &mnt).unwrap_or_else(|e| panic!("{e}"))
+    let Some(fs) =
+        bus_testfs::mount_or_skip(test, &backing, &mnt).unwrap_or_else(|e| panic!("{e}"))
     else {
         return;
     };
@@ -240,7 +246,9 @@ fn one_node_of_three_loses_power_and_no_ack_is_lost() {
     });
     println!(
         "{HEADER}\n{}\nthe cut node led a partition again after {} of {} restarts; test took {:?}",
-        tally.row("Kafka, 3 nodes, `min.insync.replicas=2`, one node's power cut (defaults: no fsync)"),
+        tally.row(
+            "Kafka, 3 nodes, `min.insync.replicas=2`, one node's power cut (defaults: no fsync)"
+        ),
         cluster.leading,
         cluster.restarts,
         started.elapsed()
@@ -251,5 +259,8 @@ fn one_node_of_three_loses_power_and_no_ack_is_lost() {
         tally.pages_dropped > 0,
         "the cuts dropped nothing the node had written: the filesystem is not doing its job"
     );
-    assert!(tally.lossless(), "one node's power cut lost acks: {tally:?}");
+    assert!(
+        tally.lossless(),
+        "one node's power cut lost acks: {tally:?}"
+    );
 }

@@ -44,12 +44,9 @@ fn brokers_flush(brokers: &str) -> bool {
         .set("group.id", "bus-test-metadata")
         .create()
         .unwrap_or_else(|e| panic!("consumer: {e}"));
-    let metadata = rdkafka::consumer::Consumer::fetch_metadata(
-        &consumer,
-        None,
-        Duration::from_secs(10),
-    )
-    .unwrap_or_else(|e| panic!("metadata: {e}"));
+    let metadata =
+        rdkafka::consumer::Consumer::fetch_metadata(&consumer, None, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("metadata: {e}"));
     metadata.brokers().iter().all(|broker| {
         config(
             brokers,
@@ -62,7 +59,11 @@ fn brokers_flush(brokers: &str) -> bool {
 }
 
 fn topic_flush(brokers: &str, kafka_topic: &str) -> Option<String> {
-    config(brokers, ResourceSpecifier::Topic(kafka_topic), "flush.messages")
+    config(
+        brokers,
+        ResourceSpecifier::Topic(kafka_topic),
+        "flush.messages",
+    )
 }
 
 #[test]
@@ -92,7 +93,11 @@ fn flush_each_message_flushes_the_bus_topics_and_acks_mean_disk() {
     let plain_bus = KafkaBus::connect_with(options(&plain_manifest, false))
         .unwrap_or_else(|e| panic!("connect: {e}"));
     let durability = plain_bus.capabilities().ack_durability;
-    assert_eq!(durability == AckDurability::Disk, brokers_flush(&brokers), "{durability:?}");
+    assert_eq!(
+        durability == AckDurability::Disk,
+        brokers_flush(&brokers),
+        "{durability:?}"
+    );
     plain_bus
         .provision(&Manifest::new([TopicSpec::new(&plain, 1)]))
         .unwrap_or_else(|e| panic!("provision plain: {e}"));
@@ -103,8 +108,14 @@ fn flush_each_message_flushes_the_bus_topics_and_acks_mean_disk() {
     assert_eq!(bus.capabilities().ack_durability, AckDurability::Disk);
     bus.provision(&Manifest::new([TopicSpec::new(&audit, 2)]))
         .unwrap_or_else(|e| panic!("provision flushed: {e}"));
-    assert_eq!(topic_flush(&brokers, &flushed_manifest).as_deref(), Some("1"));
-    assert_eq!(topic_flush(&brokers, &kafka_topic_name(&audit)).as_deref(), Some("1"));
+    assert_eq!(
+        topic_flush(&brokers, &flushed_manifest).as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        topic_flush(&brokers, &kafka_topic_name(&audit)).as_deref(),
+        Some("1")
+    );
     let ack = bus
         .publish_idempotent(&audit, "k", &json!({ "n": 1 }), "uid-1")
         .unwrap_or_else(|e| panic!("publish: {e}"));
