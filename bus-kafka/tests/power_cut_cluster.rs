@@ -37,8 +37,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 const TOPIC: &str = "kafka_cluster_cut";
 const PARTITIONS: u32 = 3;
-/// How long the restarted node may take to be back in sync.
-const WAIT: Duration = Duration::from_secs(120);
+/// How long the restarted node may take to be back in sync, and the
+/// three JVMs to form the cluster (slow on two loaded cores: more than the
+/// round loop's 90 s to connect was seen).
+const WAIT: Duration = Duration::from_secs(240);
 /// How long to wait for it to lead a partition again (soft: counted).
 const LEAD_WAIT: Duration = Duration::from_secs(30);
 
@@ -120,19 +122,36 @@ impl Cluster {
         })
     }
 
-    /// Per partition of the topic: its leader's node id and how many
-    /// replicas are in sync (an all-topics metadata request, which never
-    /// creates one); empty while the topic is unknown.
-    fn partitions(&self) -> Result<Vec<(i32, usize)>, String> {
+    /// The cluster's metadata (an all-topics request, which never creates
+    /// one).
+    fn metadata(&self) -> Result<rdkafka::metadata::Metadata, String> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", "bus-test-metadata")
             .set("allow.auto.create.topics", "false")
             .create()
             .map_err(|e| e.to_string())?;
-        let metadata = consumer
+        consumer
             .fetch_metadata(None, Duration::from_secs(5))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string())
+    }
+
+    /// Every node registered with the controller.
+    fn wait_formed(&self) -> Result<(), String> {
+        poll("the three nodes registered", WAIT, || {
+            let brokers = self.metadata()?.brokers().len();
+            if brokers == 3 {
+                Ok(())
+            } else {
+                Err(format!("{brokers} brokers"))
+            }
+        })
+    }
+
+    /// Per partition of the topic: its leader's node id and how many
+    /// replicas are in sync; empty while the topic is unknown.
+    fn partitions(&self) -> Result<Vec<(i32, usize)>, String> {
+        let metadata = self.metadata()?;
         let name = kafka_topic_name(TOPIC);
         Ok(metadata
             .topics()
@@ -188,9 +207,10 @@ impl rounds::Server for Cluster {
         }
         if std::mem::replace(&mut self.started, true) {
             // After a cut: the next round starts with the node in sync.
-            self.wait_back()?;
+            self.wait_back()
+        } else {
+            self.wait_formed()
         }
-        Ok(())
     }
 
     /// The power of node 1 only: the others keep serving.
