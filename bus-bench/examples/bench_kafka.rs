@@ -2,12 +2,15 @@
 //!
 //! ```text
 //! cargo run --release -p bus-bench --features kafka --example bench_kafka -- \
-//!     [--brokers H:P] [--serial N] [--batch N] [--rounds N] [--broker-pid PID]
+//!     [--brokers H:P] [--serial N] [--batch N] [--rounds N] [--broker-pid PID] [--flush]
 //! ```
 //! Each workload runs `--rounds` times, bus and raw interleaved, and the
 //! best round of each side counts (the machine may be shared). Prints a
 //! table and one JSON line. The broker comes from `--brokers`, else
-//! `BUS_KAFKA_BROKERS`, else 127.0.0.1:9092.
+//! `BUS_KAFKA_BROKERS`, else 127.0.0.1:9092. `--flush` adds a bus with
+//! `flush_each_message` (its topic created with `flush.messages=1`: an
+//! fsync per produce request before the ack) to the same rounds, and a
+//! second table: its serial and batch rates beside the default bus's.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,7 @@ struct Args {
     batch: usize,
     rounds: usize,
     broker_pid: Option<u32>,
+    flush: bool,
 }
 
 fn args() -> Args {
@@ -34,9 +38,14 @@ fn args() -> Args {
         batch: 30_000,
         rounds: 3,
         broker_pid: None,
+        flush: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--flush" {
+            out.flush = true;
+            continue;
+        }
         let value = it.next().unwrap_or_default();
         let number = |default: usize| value.parse().unwrap_or(default);
         match flag.as_str() {
@@ -125,6 +134,20 @@ fn main() {
     .unwrap_or_else(|e| panic!("provision: {e}"));
     let raw =
         RawKafka::new(&args.brokers, &raw_topic).unwrap_or_else(|e| panic!("raw client: {e}"));
+    // The bus that flushes each message, on a manifest and topic of its own.
+    let flushed = args.flush.then(|| {
+        let manifest = format!("bus-bench-flushed-manifest-{}", &id[..8]);
+        let topic = format!("bench-flushed-{}", &id[..8]);
+        let bus = KafkaBus::connect_with(
+            KafkaOptions::new([args.brokers.clone()])
+                .manifest_topic(manifest.clone())
+                .flush_each_message(true),
+        )
+        .unwrap_or_else(|e| panic!("connect flushed: {e}"));
+        bus.provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
+            .unwrap_or_else(|e| panic!("provision flushed: {e}"));
+        (bus, topic, manifest)
+    });
     let serial_events: Vec<Value> = (0..args.serial).map(event).collect();
     let batch_events: Vec<Value> = (0..args.batch).map(event).collect();
     let batch_records: Vec<BatchRecord> = batch_events
@@ -139,7 +162,13 @@ fn main() {
     raw.batch(&batch_events[..warm.len()])
         .unwrap_or_else(|e| panic!("raw batch: {e}"));
 
+    if let Some((bus, topic, _)) = &flushed {
+        bus.publish_batch(topic, warm)
+            .unwrap_or_else(|e| panic!("warm-up flushed: {e}"));
+    }
     let (mut serial, mut batch, mut replay) = ([0f64; 2], [0f64; 2], [0f64; 2]);
+    // Serial and batch rates of the bus that flushes each message.
+    let mut flushed_rates = [0f64; 2];
     let best = |slot: &mut f64, value: f64| *slot = slot.max(value);
     for _ in 0..args.rounds {
         best(
@@ -176,6 +205,26 @@ fn main() {
                 }
             }),
         );
+        if let Some((bus, topic, _)) = &flushed {
+            best(
+                &mut flushed_rates[0],
+                timed(args.serial, || {
+                    for value in &serial_events {
+                        bus.publish(topic, "agent-1", value)
+                            .unwrap_or_else(|e| panic!("publish flushed: {e}"));
+                    }
+                }),
+            );
+            best(
+                &mut flushed_rates[1],
+                timed(args.batch, || {
+                    for chunk in batch_records.chunks(10_000) {
+                        bus.publish_batch(topic, chunk)
+                            .unwrap_or_else(|e| panic!("batch flushed: {e}"));
+                    }
+                }),
+            );
+        }
     }
     let total = warm.len() + args.rounds * (args.serial + args.batch);
     for _ in 0..args.rounds {
@@ -226,6 +275,21 @@ fn main() {
         "{:<28} {p50:>9.2} ms p50 {p99:>7.2} ms p99 (target < 50 ms)",
         "fetch at the end"
     );
+    if flushed.is_some() {
+        println!(
+            "\n{:<28} {:>12} {:>12} {:>7}",
+            "bus-kafka (msg/s, best of)", "defaults", "flushed", "ratio"
+        );
+        for (name, ours, flushed) in [
+            ("serial publish", serial[0], flushed_rates[0]),
+            ("batch publish", batch[0], flushed_rates[1]),
+        ] {
+            println!(
+                "{name:<28} {ours:>12.0} {flushed:>12.0} {:>7.2}",
+                flushed / ours
+            );
+        }
+    }
     match rss {
         Some((pid, kib)) => println!("{:<28} {:>9} MiB (pid {pid})", "broker RSS", kib / 1024),
         None => println!("{:<28} unknown (pass --broker-pid)", "broker RSS"),
@@ -247,6 +311,7 @@ fn main() {
             "replay": {"bus": replay[0], "raw": replay[1]},
             "end_fetch_ms": {"p50": p50, "p99": p99},
             "broker_rss_kib": rss.map(|(_, kib)| kib),
+            "flushed": args.flush.then(|| json!({"serial": flushed_rates[0], "batch": flushed_rates[1]})),
             "counts": {"serial": args.serial, "batch": args.batch, "rounds": args.rounds},
         })
     );
@@ -256,8 +321,11 @@ fn main() {
             .set("bootstrap.servers", &args.brokers)
             .create()
             .unwrap_or_else(|e| panic!("admin: {e}"));
-    let _ = raw.block_on(admin.delete_topics(
-        &[manifest_topic.as_str()],
-        &rdkafka::admin::AdminOptions::new(),
-    ));
+    let mut manifests = vec![manifest_topic];
+    if let Some((bus, topic, manifest)) = flushed {
+        let _ = bus.delete_topics(&[topic]);
+        manifests.push(manifest);
+    }
+    let manifests: Vec<&str> = manifests.iter().map(String::as_str).collect();
+    let _ = raw.block_on(admin.delete_topics(&manifests, &rdkafka::admin::AdminOptions::new()));
 }

@@ -65,6 +65,20 @@ pub(crate) struct Core {
     pub(crate) native_retention: bool,
     /// Brokers in the cluster at connect (0 when unknown).
     pub(crate) brokers: usize,
+    /// The topics the bus provisions are fsynced before each ack (the
+    /// option, or every broker's default).
+    pub(crate) flushed: bool,
+}
+
+/// What the bus learns of the cluster at connect.
+pub(crate) struct ClusterFacts {
+    /// The brokers enforce `retention.ms` within seconds.
+    native_retention: bool,
+    /// Brokers in the cluster (0 when unknown).
+    brokers: usize,
+    /// Every broker fsyncs each message by default
+    /// (`log.flush.interval.messages=1`).
+    brokers_flush: bool,
 }
 
 impl KafkaBus {
@@ -108,7 +122,7 @@ impl KafkaBus {
     pub(crate) fn assemble(
         options: KafkaOptions,
         admin: Arc<AdminClient<DefaultClientContext>>,
-        (native_retention, brokers): (bool, usize),
+        facts: ClusterFacts,
     ) -> Result<Self, BusError> {
         let producers = [
             RwLock::new(Arc::new(client::producer(&options, Delivery::Plain)?)),
@@ -123,8 +137,9 @@ impl KafkaBus {
                 pool: reader::Pool::new(&options)?,
                 partitions: Mutex::new(HashMap::new()),
                 auth: RwLock::new(None),
-                native_retention,
-                brokers,
+                native_retention: facts.native_retention,
+                brokers: facts.brokers,
+                flushed: options.flush_each_message || facts.brokers_flush,
                 options,
             }),
             subscriptions: Arc::default(),
@@ -216,19 +231,23 @@ impl KafkaBus {
 
 /// Creates the manifest topic if missing (it must exist before its
 /// consumer is made, or that consumer caches the topic as unknown), and
-/// learns whether the brokers enforce retention promptly and how many there
-/// are. Blocks: runs on a blocking-pool thread.
+/// learns whether the brokers enforce retention promptly, how many there
+/// are and whether they flush each message. Blocks: runs on a
+/// blocking-pool thread.
 pub(crate) fn cluster_facts(
     options: &KafkaOptions,
     admin: &AdminClient<DefaultClientContext>,
     deadline: Instant,
-) -> Result<(bool, usize), BusError> {
+) -> Result<ClusterFacts, BusError> {
     topics::ensure_manifest_topic(options, admin, deadline)?;
-    // Best effort: without the answer, retention is not promised.
-    let retention =
-        topics::broker_checks_retention_promptly(options, admin, deadline).unwrap_or(false);
-    let brokers = topics::broker_count(options, admin, deadline).unwrap_or(0);
-    Ok((retention, brokers))
+    // Best effort: without an answer, nothing is promised.
+    Ok(ClusterFacts {
+        native_retention: topics::broker_checks_retention_promptly(options, admin, deadline)
+            .unwrap_or(false),
+        brokers: topics::broker_count(options, admin, deadline).unwrap_or(0),
+        brokers_flush: crate::flush::brokers_flush_each_message(options, admin, deadline)
+            .unwrap_or(false),
+    })
 }
 
 impl Core {
@@ -481,10 +500,14 @@ impl EventBus for KafkaBus {
             .native_batch(true)
             .headers(true)
             .native_retention(self.core.native_retention)
-            // A broker never fsyncs by itself: an ack is durable only by
+            // Flushed per message, the ack comes after the fsync (of the
+            // leader and of every in-sync follower that acked). Otherwise a
+            // broker never fsyncs by itself: an ack is durable only by
             // replication, which needs three brokers (topics at RF >= 3 get
             // min.insync.replicas = 2).
-            .ack_durability(if self.core.brokers >= 3 {
+            .ack_durability(if self.core.flushed {
+                bus_core::AckDurability::Disk
+            } else if self.core.brokers >= 3 {
                 bus_core::AckDurability::Replicated { min_insync: 2 }
             } else {
                 bus_core::AckDurability::None

@@ -8,6 +8,7 @@ mod consumer;
 mod dedup;
 mod errors;
 mod fetch;
+mod flush;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod options;

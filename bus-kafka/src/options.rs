@@ -68,6 +68,8 @@ pub struct KafkaOptions {
     pub(crate) manifest_topic: String,
     /// `None`: three replicas when the cluster has three brokers, else one.
     pub(crate) manifest_replication: Option<u16>,
+    /// Topics provisioned with `flush.messages=1`.
+    pub(crate) flush_each_message: bool,
 }
 
 impl std::fmt::Debug for KafkaOptions {
@@ -94,6 +96,7 @@ impl std::fmt::Debug for KafkaOptions {
                     .collect::<Vec<_>>(),
             )
             .field("manifest_topic", &self.manifest_topic)
+            .field("flush_each_message", &self.flush_each_message)
             .finish()
     }
 }
@@ -111,6 +114,7 @@ impl KafkaOptions {
             rdkafka: Vec::new(),
             manifest_topic: DEFAULT_MANIFEST_TOPIC.to_owned(),
             manifest_replication: None,
+            flush_each_message: false,
         }
     }
 
@@ -195,6 +199,24 @@ impl KafkaOptions {
         self
     }
 
+    /// Makes an ack mean `Disk` on one broker: the bus's topics (its
+    /// records, its manifest topic and its consumers' cursor topic) are
+    /// created with `flush.messages=1`, so the broker fsyncs each append
+    /// before it answers, and `capabilities()` reports
+    /// [`AckDurability::Disk`](bus_core::AckDurability::Disk). An existing
+    /// topic without that setting is refused with
+    /// [`BusError::Conflict`] (by `provision`, or at connect for the manifest
+    /// topic) naming the command that sets it; the bus never alters a topic
+    /// it did not create. The cost is an fsync per produce request: see the
+    /// README's durability table for the measured rates (URL:
+    /// `flush_each_message=true`). A broker whose `log.flush.interval.messages`
+    /// is 1 gives the same without the option, and `capabilities()` says so.
+    #[must_use]
+    pub fn flush_each_message(mut self, yes: bool) -> Self {
+        self.flush_each_message = yes;
+        self
+    }
+
     /// Parses `kafka://h1:9092,h2:9092?timeout_ms=3000&tls=true&ca=/ca.pem&sasl_mechanism=SCRAM-SHA-256&username=u&password=p&manifest_topic=t`;
     /// `cert=/client.pem&key=/client.key` for mutual TLS, and
     /// `rdkafka.<name>=<value>` passes a librdkafka setting through (see
@@ -272,6 +294,9 @@ impl KafkaOptions {
                 "username" | "user" => user = Some(value),
                 "password" => password = Some(value),
                 "manifest_topic" => options.manifest_topic = value,
+                "flush_each_message" => {
+                    options.flush_each_message = parse_bool("flush_each_message", &value)?;
+                }
                 "cert" => cert = Some(value),
                 "key" => key = Some(value),
                 other => match other.strip_prefix("rdkafka.") {
@@ -282,7 +307,7 @@ impl KafkaOptions {
                         return Err(BusError::invalid(
                             "url",
                             format!(
-                                "unknown parameter {other:?}; known: timeout_ms, tls, ca, cert, key, sasl_mechanism, username, password, manifest_topic, rdkafka.<librdkafka setting>"
+                                "unknown parameter {other:?}; known: timeout_ms, tls, ca, cert, key, sasl_mechanism, username, password, manifest_topic, flush_each_message, rdkafka.<librdkafka setting>"
                             ),
                         ));
                     }
@@ -506,7 +531,14 @@ mod tests {
         assert_eq!(options.brokers, vec!["h1:9092", "h2:9092"]);
         assert_eq!(options.timeout, Duration::from_secs(3));
         assert_eq!(options.manifest_topic, "m");
+        assert!(!options.flush_each_message);
         options.validate().unwrap();
+        let flushed = KafkaOptions::from_url("kafka://h?flush_each_message=true").unwrap();
+        assert!(flushed.flush_each_message);
+        assert!(matches!(
+            KafkaOptions::from_url("kafka://h?flush_each_message=maybe"),
+            Err(BusError::InvalidArgument { .. })
+        ));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use rdkafka::util::Timeout;
 
 use crate::client::{kafka_topic_name, list_topics, remaining, topic_ready};
 use crate::errors::map_error;
+use crate::flush;
 use crate::registry::Entry;
 use crate::{Core, KafkaOptions};
 use bus_core::backend::sync::lock;
@@ -50,7 +51,7 @@ pub(crate) fn ensure_compacted_topic(
 ) -> Result<(), BusError> {
     let topic = topic.to_owned();
     if list_topics(options, admin.inner(), deadline)?.contains_key(&topic) {
-        return Ok(());
+        return flush::verify_topics(options, admin, &[(topic.clone(), topic)], deadline);
     }
     let factor = match options.manifest_replication {
         Some(factor) => i32::from(factor),
@@ -62,8 +63,10 @@ pub(crate) fn ensure_compacted_topic(
             }
         }
     };
-    let new =
-        NewTopic::new(&topic, 1, TopicReplication::Fixed(factor)).set("cleanup.policy", "compact");
+    let new = flush::new_topic(
+        options,
+        NewTopic::new(&topic, 1, TopicReplication::Fixed(factor)).set("cleanup.policy", "compact"),
+    );
     create(options, admin, &[new], deadline)?;
     wait_ready(options, admin, &topic, 1, deadline)
 }
@@ -141,6 +144,7 @@ pub(crate) fn provision(
     let existing = list_topics(&core.options, core.admin.inner(), deadline)?;
     let mut missing: Vec<&TopicSpec> = Vec::new();
     let mut record: Vec<Entry> = Vec::new();
+    let mut present: Vec<(String, String)> = Vec::new();
     for spec in &manifest.topics {
         let kafka_topic = kafka_topic_name(&spec.name);
         let entry = Entry {
@@ -149,6 +153,7 @@ pub(crate) fn provision(
         };
         match (existing.get(&kafka_topic), registry.cached(&spec.name)) {
             (Some(&partitions), known) => {
+                present.push((spec.name.clone(), kafka_topic.clone()));
                 if let Some(known) = known {
                     spec.conflict_with(&known.spec)?;
                 }
@@ -174,6 +179,7 @@ pub(crate) fn provision(
             }
         }
     }
+    flush::verify_topics(&core.options, &core.admin, &present, deadline)?;
     if missing.iter().any(|spec| spec.replication_factor > 1) {
         let brokers = broker_count(&core.options, &core.admin, deadline)?;
         for (index, spec) in manifest.topics.iter().enumerate() {
@@ -197,7 +203,7 @@ pub(crate) fn provision(
         .iter()
         .zip(&configs)
         .map(|(spec, (name, retention, max))| {
-            NewTopic::new(
+            let topic = NewTopic::new(
                 name,
                 i32::try_from(spec.partitions).unwrap_or(i32::MAX),
                 TopicReplication::Fixed(i32::from(spec.replication_factor)),
@@ -214,7 +220,8 @@ pub(crate) fn provision(
                 } else {
                     "1"
                 },
-            )
+            );
+            flush::new_topic(&core.options, topic)
         })
         .collect();
     if !new_topics.is_empty() {

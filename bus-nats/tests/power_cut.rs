@@ -146,6 +146,7 @@ fn run(
         rounds,
         threads: 4,
         partitions: 2,
+        replication_factor: 1,
         acks_per_round: 300,
         torn: true,
         topic: test.to_owned(),

@@ -214,6 +214,7 @@ fn run(test: &str, server_opts: &str, rounds: usize) -> Option<Tally> {
         rounds,
         threads: 4,
         partitions: 2,
+        replication_factor: 1,
         acks_per_round: 150,
         torn: true,
         topic: test.to_owned(),

@@ -46,6 +46,8 @@ pub struct Config {
     pub threads: usize,
     /// Partitions of the topic.
     pub partitions: u32,
+    /// Its replication factor (1 on one server; 3 on a Kafka cluster).
+    pub replication_factor: u16,
     /// Acks to wait for before a cut (the cut comes after at least this
     /// many, at most a minute after the round started).
     pub acks_per_round: usize,
@@ -180,7 +182,8 @@ pub fn run(fs: &PowerFs, server: &mut dyn Server, config: &Config) -> Result<Tal
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut tally = Tally::default();
     let mut standing: Vec<Acked> = Vec::new();
-    let manifest = Manifest::new([TopicSpec::new(&config.topic, config.partitions)]);
+    let manifest = Manifest::new([TopicSpec::new(&config.topic, config.partitions)
+        .with_replication_factor(config.replication_factor)]);
     server.start()?;
     {
         let bus = connect(server)?;

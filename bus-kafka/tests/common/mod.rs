@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod harness;
+pub mod kraft;
 pub mod own;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -26,14 +26,14 @@ pub fn kafka_libs() -> Option<PathBuf> {
     libs.join(".complete").exists().then_some(libs)
 }
 
-fn java() -> PathBuf {
+pub fn java() -> PathBuf {
     std::env::var("JAVA_HOME").map_or_else(
         |_| PathBuf::from("java"),
         |home| Path::new(&home).join("bin/java"),
     )
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
@@ -41,7 +41,7 @@ fn free_port() -> u16 {
 }
 
 /// A Kafka cluster id: 16 random bytes, URL-safe base64 without padding.
-fn cluster_id() -> String {
+pub fn cluster_id() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = uuid::Uuid::new_v4().into_bytes();
     let mut bits = 0u32;

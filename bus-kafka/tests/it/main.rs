@@ -12,5 +12,6 @@ mod common;
 
 #[cfg(feature = "async")]
 mod async_surface;
+mod flush;
 mod no_auto_create;
 mod subscribe;
