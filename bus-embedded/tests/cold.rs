@@ -324,21 +324,6 @@ fn records_with_headers_read_back_from_the_cold_tier() {
     assert!(after[4].headers.is_empty());
 }
 
-fn walk(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                out.extend(walk(&path));
-            } else {
-                out.push(path.display().to_string());
-            }
-        }
-    }
-    out
-}
-
 /// Reads racing retention at the hot/cold boundary: an archiver archives
 /// everything and runs retention (which then drops whole segments, the
 /// active one rolled) in a loop while a publisher appends and readers page
