@@ -34,7 +34,7 @@ fn records(topic: &str, n: u64) -> Vec<ColdRecord> {
             )
             .into_bytes();
             let tag = auth.tag(RecordParts { topic, partition: 0, key: &key, uid: uid.as_deref(), value: &value });
-            ColdRecord { offset, stored_at: 1_796_000_000_000 + offset, key, uid, value, tag: Some(tag) }
+            ColdRecord { offset, stored_at: 1_796_000_000_000 + offset, key, uid, value, tag: Some(tag), headers: Default::default() }
         })
         .collect()
 }

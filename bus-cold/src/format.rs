@@ -1,4 +1,4 @@
-//! The cold object format, version 1: one object holds the records of one
+//! The cold object format, version 2: one object holds the records of one
 //! (topic, partition, offset range) `[from, end)`, with no gap.
 //!
 //! ```text
@@ -8,11 +8,15 @@
 //!          record  = stored_at u64 | key_len u32 | key | uid_flag u8 [uid_len u32 | uid]
 //!                    | value_len u32 | value (the JSON bytes as the backend stored them)
 //!                    | tag_flag u8 [tag 32 bytes] (the record's C14 HMAC tag, kept as is)
+//!                    | header_count u16 | header_count × (name_len u32 | name | value_len u32 | value)
+//!                      (C25 headers, name order; the tag covers them)
 //! index    count × (base u64 | frame_pos u64), then crc32c u32 of the entries
 //! footer   index_pos u64 | frames u32 | from u64 | end u64 | "BUSCIDX1"   (36 bytes)
 //! ```
 //!
-//! All integers are big-endian. A frame's records have consecutive offsets
+//! Version 1 (written before headers were kept) is the same without
+//! `header_count` and its headers; it is still read, its records with no
+//! headers. All integers are big-endian. A frame's records have consecutive offsets
 //! from its `base`; the frames cover `[from, end)` in order. The header and
 //! footer name the topic, partition and range, so an object copied under
 //! another range's name, or from another topic, is refused as `Corrupt`.
@@ -20,11 +24,13 @@
 //! the record: a record edited with its CRCs recomputed still fails its tag
 //! (C14 → `Integrity`) when the reader has the control key.
 
-use bus_core::BusError;
+use bus_core::{BusError, Headers};
 
 const MAGIC: &[u8; 8] = b"BUSCOLD1";
 const FOOTER_MAGIC: &[u8; 8] = b"BUSCIDX1";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The headerless version 1, still read.
+const VERSION_1: u16 = 1;
 const FOOTER_LEN: usize = 8 + 4 + 8 + 8 + 8;
 /// Records per frame: small enough that a read from the middle of an
 /// object decodes little it does not return, large enough that the 8 bytes
@@ -49,6 +55,8 @@ pub struct ColdRecord {
     pub value: Vec<u8>,
     /// The record's HMAC tag (C14), when the backend stored one.
     pub tag: Option<[u8; TAG_LEN]>,
+    /// The record's headers (C25), empty for most records; the tag covers them.
+    pub headers: Headers,
 }
 
 /// Where an object belongs: checked against what its header and footer say.
@@ -76,6 +84,14 @@ impl Place<'_> {
 
 /// Encodes `records` (consecutive offsets `place.from..place.end`) as one object.
 pub fn encode(place: Place<'_>, records: &[ColdRecord]) -> Result<Vec<u8>, BusError> {
+    encode_version(place, records, VERSION)
+}
+
+fn encode_version(
+    place: Place<'_>,
+    records: &[ColdRecord],
+    version: u16,
+) -> Result<Vec<u8>, BusError> {
     let consecutive = records
         .iter()
         .zip(place.from..)
@@ -95,7 +111,7 @@ pub fn encode(place: Place<'_>, records: &[ColdRecord]) -> Result<Vec<u8>, BusEr
     let mut out =
         Vec::with_capacity(64 + records.iter().map(|r| r.value.len() + 64).sum::<usize>());
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_be_bytes());
+    out.extend_from_slice(&version.to_be_bytes());
     let topic_len = u16::try_from(place.topic.len())
         .map_err(|_| BusError::invalid("topic", "longer than 65535 bytes"))?;
     out.extend_from_slice(&topic_len.to_be_bytes());
@@ -111,7 +127,7 @@ pub fn encode(place: Place<'_>, records: &[ColdRecord]) -> Result<Vec<u8>, BusEr
         payload.extend_from_slice(&chunk[0].offset.to_be_bytes());
         payload.extend_from_slice(&len32(chunk.len())?.to_be_bytes());
         for record in chunk {
-            put_record(&mut payload, record)?;
+            put_record(&mut payload, record, version)?;
         }
         out.extend_from_slice(&len32(payload.len())?.to_be_bytes());
         out.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
@@ -144,7 +160,7 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), BusError> {
     Ok(())
 }
 
-fn put_record(out: &mut Vec<u8>, record: &ColdRecord) -> Result<(), BusError> {
+fn put_record(out: &mut Vec<u8>, record: &ColdRecord, version: u16) -> Result<(), BusError> {
     out.extend_from_slice(&record.stored_at.to_be_bytes());
     put_bytes(out, record.key.as_bytes())?;
     match &record.uid {
@@ -161,6 +177,16 @@ fn put_record(out: &mut Vec<u8>, record: &ColdRecord) -> Result<(), BusError> {
             out.extend_from_slice(tag);
         }
         None => out.push(0),
+    }
+    if version < VERSION {
+        return Ok(());
+    }
+    let count = u16::try_from(record.headers.len())
+        .map_err(|_| BusError::invalid("headers", "more than 65535 headers on one record"))?;
+    out.extend_from_slice(&count.to_be_bytes());
+    for (name, value) in record.headers.iter() {
+        put_bytes(out, name.as_bytes())?;
+        put_bytes(out, value.as_bytes())?;
     }
     Ok(())
 }
@@ -234,9 +260,9 @@ fn decode_inner(
         return Err("not a bus cold object (bad magic)".into());
     }
     let version = header.u16()?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_1 {
         return Err(format!(
-            "object format version {version}; this reader knows {VERSION}"
+            "object format version {version}; this reader knows {VERSION_1} and {VERSION}"
         ));
     }
     let topic_len = usize::from(header.u16()?);
@@ -341,7 +367,7 @@ fn decode_inner(
             return Err(format!("frame at offset {base} runs past the range end"));
         }
         for offset in base..frame_end {
-            let record = read_record(&mut records, offset)?;
+            let record = read_record(&mut records, offset, version)?;
             if offset >= from && out.len() < max {
                 out.push(record);
             }
@@ -357,7 +383,7 @@ fn decode_inner(
     Ok(out)
 }
 
-fn read_record(c: &mut Cursor<'_>, offset: u64) -> Result<ColdRecord, String> {
+fn read_record(c: &mut Cursor<'_>, offset: u64, version: u16) -> Result<ColdRecord, String> {
     let stored_at = c.u64()?;
     let key = c.text("key")?;
     let uid = match c.u8()? {
@@ -371,6 +397,12 @@ fn read_record(c: &mut Cursor<'_>, offset: u64) -> Result<ColdRecord, String> {
         1 => Some(c.array::<TAG_LEN>()?),
         flag => return Err(format!("record {offset}: bad tag flag {flag}")),
     };
+    let mut pairs = Vec::new();
+    if version >= VERSION {
+        for _ in 0..c.u16()? {
+            pairs.push((c.text("header name")?, c.text("header value")?));
+        }
+    }
     Ok(ColdRecord {
         offset,
         stored_at,
@@ -378,5 +410,55 @@ fn read_record(c: &mut Cursor<'_>, offset: u64) -> Result<ColdRecord, String> {
         uid,
         value,
         tag,
+        headers: Headers::from_stored(pairs),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn records(headers: &Headers) -> Vec<ColdRecord> {
+        (10..13)
+            .map(|offset| ColdRecord {
+                offset,
+                stored_at: 5 + offset,
+                key: "k".into(),
+                uid: (offset == 11).then(|| "u".into()),
+                value: br#"{"n":1}"#.to_vec(),
+                tag: Some([u8::try_from(offset).unwrap_or(0); TAG_LEN]),
+                headers: headers.clone(),
+            })
+            .collect()
+    }
+
+    const PLACE: Place<'static> = Place {
+        topic: "t",
+        partition: 2,
+        from: 10,
+        end: 13,
+    };
+
+    #[test]
+    fn headers_round_trip_and_version_1_objects_still_read() {
+        let headers = Headers::from_stored([("traceparent", "00-1"), ("x-é", "ü")]);
+        let with = records(&headers);
+        let object = encode(PLACE, &with).unwrap();
+        assert_eq!(decode(PLACE, &object, 0, 10).unwrap(), with);
+        assert_eq!(decode(PLACE, &object, 12, 10).unwrap(), with[2..]);
+        // An object written before headers were kept: its records, no headers.
+        let without = records(&Headers::default());
+        let old = encode_version(PLACE, &without, VERSION_1).unwrap();
+        assert_ne!(old, encode(PLACE, &without).unwrap());
+        assert_eq!(decode(PLACE, &old, 0, 10).unwrap(), without);
+        // A version this reader does not know is refused, naming the range.
+        let mut future = object.clone();
+        future[9] = 3;
+        let error = decode(PLACE, &future, 0, 10).unwrap_err().to_string();
+        assert!(
+            error.contains("version 3") && error.contains("t/2 [10, 13)"),
+            "{error}"
+        );
+    }
 }

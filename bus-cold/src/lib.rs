@@ -16,7 +16,7 @@
 //! let tier = ColdTier::open(&ColdLocation::Memory).unwrap();
 //! let records: Vec<ColdRecord> = (0..3)
 //!     .map(|offset| ColdRecord { offset, stored_at: 1_000 + offset, key: "k".into(),
-//!         uid: None, value: b"{\"n\":1}".to_vec(), tag: None })
+//!         uid: None, value: b"{\"n\":1}".to_vec(), tag: None, headers: Default::default() })
 //!     .collect();
 //! tier.archive_records("orders", 0, &records).unwrap();
 //! assert_eq!(tier.archive_records("orders", 0, &records).unwrap(), 0); // idempotent
@@ -24,6 +24,7 @@
 //! assert_eq!(back, records[1..]);
 //! ```
 
+mod bus;
 pub mod format;
 mod location;
 mod store;
@@ -33,10 +34,11 @@ use std::time::Duration;
 
 use bus_core::auth::{RecordAuth, RecordParts, TagFault};
 use bus_core::backend::ConnectorExecutor;
-use bus_core::{BusError, StoredEvent};
+use bus_core::{BusError, StoredEvent, StoredRecord};
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
 
+pub use bus::{ColdBus, ColdBusOptions};
 pub use format::ColdRecord;
 pub use location::{ColdLocation, S3Location};
 use store::PartitionStore;
@@ -310,6 +312,17 @@ pub fn to_event(
     record: ColdRecord,
     auth: Option<&RecordAuth>,
 ) -> Result<StoredEvent, BusError> {
+    to_record(topic, partition, record, auth).map(|record| record.event)
+}
+
+/// A cold record with its headers (C25) as the bus returns it, its tag
+/// (which covers the headers) checked with `auth`.
+pub fn to_record(
+    topic: &str,
+    partition: u32,
+    record: ColdRecord,
+    auth: Option<&RecordAuth>,
+) -> Result<StoredRecord, BusError> {
     if let Some(auth) = auth {
         let parts = RecordParts {
             topic,
@@ -318,24 +331,31 @@ pub fn to_event(
             uid: record.uid.as_deref(),
             value: &record.value,
         };
-        auth.check(parts, record.tag.as_ref().map(|t| t.as_slice()))
-            .map_err(|fault: TagFault| BusError::Integrity {
-                topic: topic.to_owned(),
-                partition,
-                offset: record.offset,
-                reason: format!("cold record: {}", fault.reason()),
-            })?;
+        auth.check_with(
+            parts,
+            &record.headers,
+            record.tag.as_ref().map(|t| t.as_slice()),
+        )
+        .map_err(|fault: TagFault| BusError::Integrity {
+            topic: topic.to_owned(),
+            partition,
+            offset: record.offset,
+            reason: format!("cold record: {}", fault.reason()),
+        })?;
     }
     let value = serde_json::from_slice(&record.value).map_err(|e| BusError::Corrupt {
         location: format!("cold record {topic}/{partition}"),
         offset: record.offset,
         reason: format!("value is not JSON: {e}"),
     })?;
-    Ok(StoredEvent {
-        partition,
-        offset: record.offset,
-        key: record.key,
-        value,
-        stored_at: record.stored_at,
+    Ok(StoredRecord {
+        event: StoredEvent {
+            partition,
+            offset: record.offset,
+            key: record.key,
+            value,
+            stored_at: record.stored_at,
+        },
+        headers: record.headers,
     })
 }

@@ -8,6 +8,8 @@ use bus_core::{BusError, Capabilities, EventBus, Manifest, TopicSpec};
 #[macro_use]
 pub mod cases;
 pub mod brokers;
+#[cfg(feature = "cold")]
+pub mod cold;
 pub mod consumers;
 pub mod faults;
 mod harness;

@@ -240,6 +240,22 @@ pub trait EventBus: Send + Sync {
             .collect())
     }
 
+    /// Drops the retained records of `topic`/`partition` below `offset`
+    /// (offsets are never reused, C4; the log start moves up to `offset`,
+    /// never past the head) and returns how many were dropped. What a cold
+    /// tier's archiver calls once those records are archived (C24), so hot
+    /// retention never drops a record the tier does not hold.
+    ///
+    /// The default refuses ([`BusError::Unsupported`]): a backend that
+    /// cannot drop a prefix of a partition on demand says so.
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        let _ = (topic, partition, offset);
+        Err(BusError::Unsupported {
+            operation: "delete_below".to_owned(),
+            backend: self.capabilities().backend.to_owned(),
+        })
+    }
+
     /// A live subscription to `topic` (contract C17–C19): the records the
     /// `selector` picks, from `start` on, history then the live tail, each
     /// once and in partition order. See [`Subscription`].
@@ -363,6 +379,9 @@ macro_rules! forward_event_bus {
             }
             fn fetch_with_headers(&self, topic: &str, partition: u32, offset: u64, max: usize) -> Result<Vec<StoredRecord>, BusError> {
                 (**self).fetch_with_headers(topic, partition, offset, max)
+            }
+            fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+                (**self).delete_below(topic, partition, offset)
             }
         }
     };

@@ -469,6 +469,24 @@ impl EventBus for MemoryBus {
         }
         Ok(expired)
     }
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        let topic = self.store.topic(topic)?;
+        let mut log = topic.partition_mut(partition)?;
+        let mut dropped = 0;
+        while log
+            .records
+            .front()
+            .is_some_and(|record| record.offset < offset)
+        {
+            if let Some(record) = log.records.pop_front() {
+                if let Some(uid) = &record.uid {
+                    log.uids.remove(uid);
+                }
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
         let mut topics = self

@@ -258,6 +258,10 @@ impl<B: EventBus> EventBus for Traced<B> {
             .in_scope(|| self.inner.fetch_with_headers(topic, partition, offset, max))
     }
 
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        self.inner.delete_below(topic, partition, offset)
+    }
+
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
         self.inner.partitions(topic)
     }

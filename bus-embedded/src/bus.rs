@@ -322,6 +322,13 @@ impl EventBus for EmbeddedBus {
         Ok(self.inner.readable(topic, partition)?.offsets())
     }
 
+    /// Drops the whole segments below `offset` (see the trait; a segment
+    /// that also holds `offset` or later records stays).
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        self.inner.writable("delete_below")?;
+        self.inner.readable(topic, partition)?.delete_below(offset)
+    }
+
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
         Ok(self.inner.topic(topic)?.spec.partitions)
     }
@@ -348,8 +355,16 @@ impl EventBus for EmbeddedBus {
                 continue;
             };
             let cutoff = now_ms.saturating_sub(retention);
-            for partition in &topic.partitions {
-                expired += partition.expire(cutoff)?;
+            for (id, partition) in (0u32..).zip(&topic.partitions) {
+                #[cfg(feature = "cold")]
+                {
+                    expired += crate::cold::expire(partition, &topic.spec.name, id, cutoff)?;
+                }
+                #[cfg(not(feature = "cold"))]
+                {
+                    let _ = id;
+                    expired += partition.expire(cutoff)?;
+                }
             }
         }
         Ok(expired)

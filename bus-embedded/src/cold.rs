@@ -31,13 +31,24 @@ const CONFIG: &str = "cold.json";
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Config {
     location: String,
+    /// Retention drops only segments the tier holds (absent in a
+    /// `cold.json` written before the option: off).
+    #[serde(default)]
+    expire_only_archived: bool,
+}
+
+/// A topic's attached tier.
+#[derive(Clone)]
+struct Attached {
+    tier: Arc<ColdTier>,
+    expire_only_archived: bool,
 }
 
 /// Open tiers by topic directory: one connector thread per location, not
 /// per read. (A process-wide map keeps `Inner` unchanged; a tier is
 /// stateless but for its cache of immutable objects.)
-fn tiers() -> &'static Mutex<HashMap<PathBuf, Option<Arc<ColdTier>>>> {
-    static TIERS: OnceLock<Mutex<HashMap<PathBuf, Option<Arc<ColdTier>>>>> = OnceLock::new();
+fn tiers() -> &'static Mutex<HashMap<PathBuf, Option<Attached>>> {
+    static TIERS: OnceLock<Mutex<HashMap<PathBuf, Option<Attached>>>> = OnceLock::new();
     TIERS.get_or_init(Mutex::default)
 }
 
@@ -47,6 +58,11 @@ fn topic_dir(partition: &Partition) -> Option<&Path> {
 
 /// The cold tier of the partition's topic, if it has one.
 fn tier_of(partition: &Partition) -> Result<Option<Arc<ColdTier>>, BusError> {
+    Ok(attached(partition)?.map(|attached| attached.tier))
+}
+
+/// The partition's topic's tier and options, if it has one.
+fn attached(partition: &Partition) -> Result<Option<Attached>, BusError> {
     let Some(dir) = topic_dir(partition) else {
         return Ok(None);
     };
@@ -61,9 +77,10 @@ fn tier_of(partition: &Partition) -> Result<Option<Arc<ColdTier>>, BusError> {
             let config: Config = serde_json::from_slice(&bytes).map_err(|e| {
                 BusError::invalid("cold.json", format!("{}: {e}", dir.join(CONFIG).display()))
             })?;
-            Some(Arc::new(ColdTier::open(&ColdLocation::parse(
-                &config.location,
-            )?)?))
+            Some(Attached {
+                tier: Arc::new(ColdTier::open(&ColdLocation::parse(&config.location)?)?),
+                expire_only_archived: config.expire_only_archived,
+            })
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
         Err(error) => return Err(error.into()),
@@ -74,7 +91,21 @@ fn tier_of(partition: &Partition) -> Result<Option<Arc<ColdTier>>, BusError> {
 
 /// Gives `topic` a cold tier at `location` (see [`ColdLocation::parse`]):
 /// checked to answer first, then recorded in the topic's directory.
+/// Retention then drops only what the tier holds ([`attach_with`] with
+/// `expire_only_archived = true`).
 pub fn attach(bus: &EmbeddedBus, topic: &str, location: &str) -> Result<(), BusError> {
+    attach_with(bus, topic, location, true)
+}
+
+/// [`attach`], choosing whether hot retention (`maintenance`) may drop
+/// segments the tier does not hold yet: with `expire_only_archived`, an
+/// expired segment stays until an archive covers it (C24).
+pub fn attach_with(
+    bus: &EmbeddedBus,
+    topic: &str,
+    location: &str,
+    expire_only_archived: bool,
+) -> Result<(), BusError> {
     bus.inner.writable("cold attach")?;
     let parsed = ColdLocation::parse(location)?;
     let tier = ColdTier::open(&parsed)?;
@@ -84,6 +115,7 @@ pub fn attach(bus: &EmbeddedBus, topic: &str, location: &str) -> Result<(), BusE
         topic_dir(&part).ok_or_else(|| BusError::backend("embedded", "topic has no directory"))?;
     let json = serde_json::to_vec_pretty(&Config {
         location: parsed.to_string(),
+        expire_only_archived,
     })?;
     let tmp = dir.join(format!("{CONFIG}.tmp"));
     std::fs::write(&tmp, json)?;
@@ -91,9 +123,33 @@ pub fn attach(bus: &EmbeddedBus, topic: &str, location: &str) -> Result<(), BusE
     std::fs::rename(&tmp, dir.join(CONFIG))?;
     File::open(dir)?.sync_all()?;
     if let Ok(mut tiers) = tiers().lock() {
-        tiers.insert(dir.to_owned(), Some(Arc::new(tier)));
+        tiers.insert(
+            dir.to_owned(),
+            Some(Attached {
+                tier: Arc::new(tier),
+                expire_only_archived,
+            }),
+        );
     }
     Ok(())
+}
+
+/// Retention of one partition (`maintenance`): with a tier attached with
+/// `expire_only_archived`, only segments wholly below what the tier holds
+/// are dropped; otherwise every segment past `cutoff`.
+pub(crate) fn expire(
+    partition: &Partition,
+    topic: &str,
+    id: u32,
+    cutoff: u64,
+) -> Result<u64, BusError> {
+    match attached(partition)? {
+        Some(attached) if attached.expire_only_archived => {
+            let archived_end = attached.tier.manifest(topic, id)?.end();
+            partition.expire_archived(cutoff, archived_end)
+        }
+        _ => partition.expire(cutoff),
+    }
 }
 
 /// Archives the sealed history of every partition of `topic` (records in
@@ -186,19 +242,17 @@ fn raw_records(part: &Partition, from: u64, max: usize) -> Result<Vec<ColdRecord
                 if offset < from || out.len() >= max {
                     continue;
                 }
-                if record.headers.is_some() {
-                    // The object format has no place for headers yet: an
-                    // archive that dropped them would fail the record's tag
-                    // (it covers them) on every cold read. Refused before
-                    // the object is written, so nothing is archived half.
-                    return Err(BusError::Unsupported {
-                        operation: format!(
-                            "archiving {} offset {offset}, a record with headers (C25), into a cold tier",
-                            path.display()
-                        ),
-                        backend: "embedded".into(),
-                    });
-                }
+                // Headers (C25) travel with the record: its tag covers them.
+                let headers = match record.headers {
+                    None => Headers::default(),
+                    Some(block) => crate::log::frame::decode_headers(block).ok_or_else(|| {
+                        BusError::Corrupt {
+                            location: path.display().to_string(),
+                            offset,
+                            reason: "archiving: headers do not parse".into(),
+                        }
+                    })?,
+                };
                 let text = |bytes: &[u8], what: &str| {
                     String::from_utf8(bytes.to_vec()).map_err(|_| BusError::Corrupt {
                         location: path.display().to_string(),
@@ -225,6 +279,7 @@ fn raw_records(part: &Partition, from: u64, max: usize) -> Result<Vec<ColdRecord
                     uid: record.uid.map(|uid| text(uid, "UID")).transpose()?,
                     value: record.value.to_vec(),
                     tag,
+                    headers,
                 });
             }
         }
@@ -232,9 +287,16 @@ fn raw_records(part: &Partition, from: u64, max: usize) -> Result<Vec<ColdRecord
     Ok(out)
 }
 
+/// Attempts of a read whose hot log start keeps moving under it.
+const READ_ATTEMPTS: usize = 16;
+
 /// `fetch` of the embedded bus with its cold tier: below the hot log start
 /// the records come from the cold tier (C24: same offsets, values,
-/// `stored_at`, tags verified), then the hot log continues the page.
+/// `stored_at`, headers, tags verified), then the hot log continues the
+/// page. A hot read that starts past the offset it asked for (retention
+/// ran since the hot start was read) reads the tier again: no page is
+/// short in the middle or gapped. A page ends where a hole in the tier
+/// begins; the read from there is `Corrupt` naming the hole.
 pub(crate) fn fetch(
     inner: &Inner,
     topic: &str,
@@ -244,57 +306,74 @@ pub(crate) fn fetch(
     auth: Option<&RecordAuth>,
 ) -> Result<Vec<StoredRecord>, BusError> {
     let part = inner.readable(topic, partition)?;
-    let hot_start = part.offsets().first;
-    if offset >= hot_start {
-        return part.fetch(offset, max, auth);
-    }
     let Some(tier) = tier_of(&part)? else {
         return part.fetch(offset, max, auth);
     };
-    let want = usize::try_from(hot_start - offset)
-        .unwrap_or(usize::MAX)
-        .min(max);
-    // The tier keeps no headers yet: the archiver refuses a record that
-    // has any (`raw_records`), so every cold record has none (C25).
-    let mut out: Vec<StoredRecord> = tier
-        .fetch(topic, partition, offset, want, auth)?
-        .into_iter()
-        .map(|event| StoredRecord {
-            event,
-            headers: Headers::default(),
-        })
-        .collect();
-    let next = out.last().map_or(offset, |e| e.event.offset + 1);
-    if out.len() < want && next < hot_start {
-        if !out.is_empty() {
-            // The page ends where the cold tier does; the next read from
-            // `next` reports the hole.
+    let mut out: Vec<StoredRecord> = Vec::new();
+    let mut next = offset;
+    for _ in 0..READ_ATTEMPTS {
+        if out.len() >= max {
             return Ok(out);
         }
-        let manifest = tier.manifest(topic, partition)?;
-        if manifest.ranges.is_empty() {
-            // Nothing archived yet: the hot log alone, as without a tier.
-            return part.fetch(offset, max, auth);
+        let hot_start = part.offsets().first;
+        if next >= hot_start {
+            let page = part.fetch(next, max - out.len(), auth)?;
+            match page.first() {
+                None => return Ok(out),
+                Some(first) if first.event.offset == next => {
+                    out.extend(page);
+                    return Ok(out);
+                }
+                // Retention moved the hot start past `next`: the tier has
+                // those records now (or says which are missing).
+                Some(_) => continue,
+            }
         }
-        // Offsets that should be cold (below the hot log start, above what
-        // the tier holds): an error naming them, never a silent gap (C24).
-        let from = manifest.end().max(offset);
-        return Err(BusError::Corrupt {
-            location: format!("cold range {topic}/{partition} [{from}, {hot_start})"),
-            offset: from,
-            reason:
-                "below the hot log start and not in the cold tier (expired before it was archived?)"
-                    .into(),
-        });
-    }
-    if out.len() < max {
-        let next = out.last().map_or(offset, |e| e.event.offset + 1);
-        let hot = part.fetch(next, max - out.len(), auth)?;
-        // Retention may have moved the hot start past `next` since it was
-        // read: return the cold page alone rather than one with a hole.
-        if hot.first().is_some_and(|e| e.event.offset == next) {
-            out.extend(hot);
+        let want = usize::try_from(hot_start - next)
+            .unwrap_or(usize::MAX)
+            .min(max - out.len());
+        let cold: Vec<StoredRecord> = tier
+            .read(topic, partition, next, want)?
+            .into_iter()
+            .map(|record| bus_cold::to_record(topic, partition, record, auth))
+            .collect::<Result<_, _>>()?;
+        match cold.first() {
+            None if !out.is_empty() => return Ok(out),
+            None => {
+                let manifest = tier.manifest(topic, partition)?;
+                if manifest.ranges.is_empty() {
+                    // Nothing archived yet: the hot log alone, as without a tier.
+                    return part.fetch(next, max, auth);
+                }
+                return Err(missing(
+                    topic,
+                    partition,
+                    manifest.end().max(next),
+                    hot_start,
+                ));
+            }
+            Some(first) if !out.is_empty() && first.event.offset != next => {
+                return Ok(out);
+            }
+            Some(_) => {}
         }
+        next = cold.last().map_or(next, |r| r.event.offset + 1);
+        out.extend(cold);
     }
-    Ok(out)
+    Err(BusError::unavailable(
+        "embedded",
+        format!("{topic}/{partition}: the hot log start kept moving under the read at {offset}"),
+    ))
+}
+
+/// Offsets that should be cold (below the hot log start, above what the
+/// tier holds): an error naming them, never a silent gap (C24).
+fn missing(topic: &str, partition: u32, from: u64, end: u64) -> BusError {
+    BusError::Corrupt {
+        location: format!("cold range {topic}/{partition} [{from}, {end})"),
+        offset: from,
+        reason:
+            "below the hot log start and not in the cold tier (expired before it was archived?)"
+                .into(),
+    }
 }

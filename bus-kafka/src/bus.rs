@@ -456,6 +456,16 @@ impl EventBus for KafkaBus {
         Ok(PartitionOffsets { first, next })
     }
 
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        let entry = self.entry(topic)?;
+        check_partition(topic, partition, entry.spec.partitions)?;
+        let kafka_topic = entry.kafka_topic.clone();
+        let partition = i32::try_from(partition).unwrap_or(i32::MAX);
+        self.blocking("delete_below", move |core, deadline| {
+            topics::delete_below(core, &kafka_topic, partition, offset, deadline)
+        })
+    }
+
     fn partitions(&self, topic: &str) -> Result<u32, BusError> {
         Ok(self.entry(topic)?.spec.partitions)
     }

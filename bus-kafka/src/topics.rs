@@ -246,6 +246,44 @@ pub(crate) fn provision(
     Ok(())
 }
 
+/// Drops the records of one partition below `offset` (never past the
+/// head) with the admin API's DeleteRecords: the log start offset moves up
+/// and offsets are kept (C4). What a cold tier calls after archiving
+/// (C24). Returns how many records were dropped.
+pub(crate) fn delete_below(
+    core: &Core,
+    kafka_topic: &str,
+    partition: i32,
+    offset: u64,
+    deadline: Instant,
+) -> Result<u64, BusError> {
+    let (first, next) = core
+        .pool
+        .watermarks(&core.options, kafka_topic, partition, deadline)?;
+    let cut = offset.min(next);
+    if cut <= first {
+        return Ok(0);
+    }
+    let mut list = rdkafka::TopicPartitionList::new();
+    let at = i64::try_from(cut)
+        .map_err(|_| BusError::invalid("offset", format!("{cut} is past Kafka's offsets")))?;
+    list.add_partition_offset(kafka_topic, partition, rdkafka::Offset::Offset(at))
+        .map_err(|error| map_error(&core.options, "deleting records", error))?;
+    let result = tokio::runtime::Handle::current()
+        .block_on(core.admin.delete_records(&list, &admin_options(deadline)))
+        .map_err(|error| map_error(&core.options, "deleting records", error))?;
+    for element in result.elements() {
+        if let Err(error) = element.error() {
+            return Err(map_error(
+                &core.options,
+                &format!("deleting records of {kafka_topic} partition {partition} below {cut}"),
+                error,
+            ));
+        }
+    }
+    Ok(cut - first)
+}
+
 /// Deletes bus topics and their manifest entries.
 pub(crate) fn delete_topics(
     core: &Core,

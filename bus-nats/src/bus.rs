@@ -445,6 +445,14 @@ impl EventBus for NatsBus {
             .map(|record| record.event)
             .collect())
     }
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        let state = self.topic(topic)?;
+        check_partition(topic, partition, state.spec.partitions)?;
+        self.run("delete_below", move |shared| {
+            fetch::delete_below(shared, state, partition, offset)
+        })
+    }
+
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         let state = self.topic(topic)?;
         check_partition(topic, partition, state.spec.partitions)?;

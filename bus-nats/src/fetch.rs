@@ -87,6 +87,40 @@ pub(crate) async fn offsets(
     })
 }
 
+/// Drops the records of `partition` below `offset` (never past the head):
+/// a purge of the stream up to that sequence, which keeps the sequence
+/// numbering, so offsets are never reused (C4). What a cold tier calls
+/// after archiving (C24).
+pub(crate) async fn delete_below(
+    shared: Arc<Shared>,
+    topic: Arc<TopicState>,
+    partition: u32,
+    offset: u64,
+) -> Result<u64, BusError> {
+    let state = topic.partition(partition)?;
+    let what = format!(
+        "delete_below({offset}) on topic {:?} partition {partition}",
+        topic.spec.name
+    );
+    let (first, last) = bounds(&shared, &topic, state, &what).await?;
+    // Offset o is sequence o + 1; purge keeps sequences >= the one given.
+    let keep_from = offset.min(last).saturating_add(1);
+    if keep_from <= first {
+        return Ok(0);
+    }
+    let stream = shared
+        .js
+        .get_stream_no_info(&state.stream)
+        .await
+        .map_err(|error| BusError::backend_caused("nats", format!("{what}: {error}"), error))?;
+    let purged = stream
+        .purge()
+        .sequence(keep_from)
+        .await
+        .map_err(|error| unavailable_caused(what, error))?;
+    Ok(purged.purged)
+}
+
 /// Up to `max` records of `partition` from `offset`, ascending, gap-free,
 /// still encoded (see [`decode_all`]).
 pub(crate) async fn fetch(

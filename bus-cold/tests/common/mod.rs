@@ -23,7 +23,8 @@ pub fn unique(name: &str) -> String {
 }
 
 /// Records `from..end` of `topic`/`partition` as a backend with a control
-/// key would store them: every third has a UID, every one a tag.
+/// key would store them: every third has a UID, every one a tag, every fifth
+/// headers.
 pub fn records(topic: &str, partition: u32, from: u64, end: u64) -> Vec<ColdRecord> {
     let auth = auth();
     (from..end)
@@ -36,13 +37,25 @@ pub fn records(topic: &str, partition: u32, from: u64, end: u64) -> Vec<ColdReco
                 r#"{{"n":{offset},"f":0.1000000000000000055511151231257827,"s":"\u00e9"}}"#
             )
             .into_bytes();
-            let tag = auth.tag(RecordParts {
-                topic,
-                partition,
-                key: &key,
-                uid: uid.as_deref(),
-                value: &value,
-            });
+            // Every fifth carries headers (C25), covered by its tag.
+            let headers = if offset % 5 == 0 {
+                bus_core::Headers::from_stored([
+                    ("traceparent", format!("t-{offset}")),
+                    ("x-n", "é".into()),
+                ])
+            } else {
+                bus_core::Headers::default()
+            };
+            let tag = auth.tag_with(
+                RecordParts {
+                    topic,
+                    partition,
+                    key: &key,
+                    uid: uid.as_deref(),
+                    value: &value,
+                },
+                &headers,
+            );
             ColdRecord {
                 offset,
                 stored_at: 1_700_000_000_000 + offset * 3,
@@ -50,6 +63,7 @@ pub fn records(topic: &str, partition: u32, from: u64, end: u64) -> Vec<ColdReco
                 uid,
                 value,
                 tag: Some(tag),
+                headers,
             }
         })
         .collect()

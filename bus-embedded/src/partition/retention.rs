@@ -128,12 +128,34 @@ impl Partition {
     /// how many records went. Offsets are kept: the active segment's file
     /// name carries the next offset even when it is empty.
     pub(crate) fn expire(&self, cutoff: u64) -> Result<u64, BusError> {
+        self.drop_front(|s| s.index.max_ts <= cutoff)
+    }
+
+    /// Deletes the whole segments every record of which is below `offset`
+    /// (rolling the active one first when all of it is); returns how many
+    /// records went. A segment holding `offset - 1` and later records is
+    /// kept whole: the hot log start moves to a segment base at or below
+    /// `offset`. What a cold tier calls once those records are archived.
+    pub(crate) fn delete_below(&self, offset: u64) -> Result<u64, BusError> {
+        self.drop_front(|s| s.index.end <= offset)
+    }
+
+    /// [`Self::expire`] of the segments wholly below `archived_end` only:
+    /// retention never drops a record the cold tier does not hold (C24,
+    /// "expire only what is archived").
+    #[cfg(feature = "cold")]
+    pub(crate) fn expire_archived(&self, cutoff: u64, archived_end: u64) -> Result<u64, BusError> {
+        self.drop_front(|s| s.index.max_ts <= cutoff && s.index.end <= archived_end)
+    }
+
+    /// Deletes the oldest segments while `gone` says so (see [`Self::expire`]).
+    fn drop_front(&self, gone: impl Fn(&SegmentMeta) -> bool) -> Result<u64, BusError> {
         let mut writer = lock(&self.writer);
         let active_old = {
             let read = self.reader();
             read.segments
                 .last()
-                .is_some_and(|s| s.index.end > s.base && s.index.max_ts <= cutoff)
+                .is_some_and(|s| s.index.end > s.base && gone(s))
         };
         if active_old
             && writer.poisoned.is_none()
@@ -147,7 +169,7 @@ impl Partition {
             let sealed = read.segments.len().saturating_sub(1);
             let count = read.segments[..sealed]
                 .iter()
-                .take_while(|s| s.index.max_ts <= cutoff)
+                .take_while(|s| gone(s))
                 .count();
             let gone: Vec<(u64, u64)> = read
                 .segments
