@@ -98,9 +98,7 @@ fn kill_9_between_publish_in_transaction_and_commit_stores_nothing() {
         .unwrap();
     // A child that fails ends its stdout (the wait ends at once); one that
     // hangs is killed at the deadline, never waited on for ever.
-    let report = crash::lines(&mut child)
-        .unwrap()
-        .recv_timeout(CHILD_REPORT);
+    let report = crash::lines(&mut child).unwrap().recv_timeout(CHILD_REPORT);
     let published = report.ok().and_then(|line| {
         line.strip_prefix("published ")
             .map(|offset| offset.parse::<u64>().unwrap())
