@@ -3,13 +3,14 @@
 // The user API of bus-core, named one by one: what a backend author needs
 // besides (`bus_core::backend`, the backend kit) is not the user's.
 pub use bus_core::{
-    AckDurability, BatchRecord, BusError, Capabilities, Compression, DEFAULT_DEDUP_WINDOW_MS,
-    DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus, EventBusExt, Headers, InvalidName,
-    MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_HEADERS, MAX_HEADERS_BYTES, MAX_JSON_DEPTH,
-    MAX_KEY_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT, MAX_UID_BYTES, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, SubscriptionItem, SubscriptionStream, TopicSpec, Traced, auth, consumer,
-    embedded_uid, memory, now_ms, partition_for, resolve_uid, validate_topic_name,
+    AckDurability, BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, Compression,
+    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus, EventBusExt,
+    Headers, InvalidName, MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_HEADERS,
+    MAX_HEADERS_BYTES, MAX_JSON_DEPTH, MAX_KEY_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT,
+    MAX_UID_BYTES, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
+    StoredRecord, SubscribeOptions, Subscription, SubscriptionItem, SubscriptionStream, TopicSpec,
+    Traced, auth, consumer, embedded_uid, memory, now_ms, partition_for, resolve_uid,
+    validate_topic_name,
 };
 #[cfg(feature = "async")]
 pub use bus_core::{AsyncEventBus, BoxFuture};

@@ -54,7 +54,7 @@ pub enum Command {
     },
     /// Publish a JSON value, or stream stdin lines (one JSON value each) in atomic batches.
     #[command(
-        after_help = "Examples:\n  bus publish audit --key agent-1 '{\"event\":\"start\"}'\n  tail -f events.jsonl | bus publish audit --key agent-1 --batch-lines 100 --batch-ms 50\n\nEach record prints its ack with \"status\": \"stored\" or \"duplicate\" (an earlier record with its UID).\nA bad stdin line (invalid UTF-8 or JSON, too large) stops the stream with exit 2: nothing of its\nbatch is stored, and the error line says which lines were stored (last offset per partition)."
+        after_help = "Examples:\n  bus publish audit --key agent-1 '{\"event\":\"start\"}'\n  bus publish audit --key agent-1 --header ce_type=agent.started --header ce_source=/harness '{}'\n  tail -f events.jsonl | bus publish audit --key agent-1 --batch-lines 100 --batch-ms 50\n\nEach record prints its ack with \"status\": \"stored\" or \"duplicate\" (an earlier record with its UID).\nA bad stdin line (invalid UTF-8 or JSON, too large) stops the stream with exit 2: nothing of its\nbatch is stored, and the error line says which lines were stored (last offset per partition)."
     )]
     Publish {
         /// Topic.
@@ -65,7 +65,7 @@ pub enum Command {
         /// Event UID for deduplication (with a single value).
         #[arg(long)]
         uid: Option<String>,
-        /// A header NAME=VALUE (repeatable; with a single value), stored with the record (C25).
+        /// A header NAME=VALUE (repeatable), stored with the record, or with every stdin line (C25).
         #[arg(long = "header", value_name = "NAME=VALUE")]
         headers: Vec<String>,
         /// A stdin batch closes at this many lines...

@@ -70,13 +70,6 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
             Some(text) if text != "-" => {
                 publish::publish_one(&url, &topic, &key, uid.as_deref(), &headers, text, &mut out)?;
             }
-            _ if !headers.is_empty() => {
-                return Err(bus::BusError::invalid(
-                    "header",
-                    "--header goes with one value; stdin streams publish without headers",
-                )
-                .into());
-            }
             _ if uid.is_some() => {
                 return Err(bus::BusError::invalid(
                     "uid",
@@ -90,7 +83,13 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
                     linger: std::time::Duration::from_millis(batch_ms),
                 };
                 let stdin = std::io::BufReader::new(std::io::stdin());
-                publish::publish_stream(&url, &topic, &key, stdin, batching, &mut out)?;
+                let stream = publish::Stream {
+                    topic: &topic,
+                    key: &key,
+                    headers: publish::parse_headers(&headers)?,
+                    batching,
+                };
+                publish::publish_stream(&url, &stream, stdin, &mut out)?;
             }
         },
         Command::Fetch {

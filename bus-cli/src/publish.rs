@@ -2,7 +2,8 @@
 //! they arrive (like `kcat -P`).
 //!
 //! A batch closes at `batch_lines` lines or `batch_ms` after its first line,
-//! and is stored with one atomic `publish_batch`. A bad line (invalid UTF-8,
+//! and is stored with one atomic `publish_batch_with_headers` (every line
+//! with the `--header`s given, checked before stdin is read). A bad line (invalid UTF-8,
 //! invalid JSON, too large, too deep) stops the stream: nothing of its batch
 //! is stored, and the error line says exactly what was stored before it.
 //! An embedded bus is opened for a batch and closed when stdin goes quiet,
@@ -13,7 +14,9 @@ use std::io::{BufRead, Write};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
-use bus::{BatchRecord, BusError, EventBus, PublishAck, partition_for};
+use bus::{
+    BatchRecord, BatchRecordWithHeaders, BusError, EventBus, Headers, PublishAck, partition_for,
+};
 
 use super::commands::connect;
 use super::exit::Failure;
@@ -163,15 +166,32 @@ fn parse_line(line: usize, bytes: &[u8]) -> Result<Option<serde_json::Value>, Ba
         })
 }
 
-/// `publish TOPIC --key K` reading stdin.
+/// What a stdin stream publishes: where, and the headers of every line.
+#[derive(Debug)]
+pub struct Stream<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Every line's partition key.
+    pub key: &'a str,
+    /// Every line's headers (C25), already checked.
+    pub headers: Headers,
+    /// When a batch closes.
+    pub batching: Batching,
+}
+
+/// `publish TOPIC --key K [--header NAME=VALUE ...]` reading stdin.
 pub fn publish_stream(
     url: &str,
-    topic: &str,
-    key: &str,
+    stream: &Stream<'_>,
     input: impl BufRead + Send + 'static,
-    batching: Batching,
     out: &mut impl Write,
 ) -> Result<(), Failure> {
+    let Stream {
+        topic,
+        key,
+        batching,
+        ..
+    } = *stream;
     let batch_lines = batching.lines.max(1);
     // Check the topic before reading anything: a typo fails at once.
     let mut bus = Some(connect(url)?);
@@ -211,8 +231,11 @@ pub fn publish_stream(
         }
         let Some(open) = bus.as_deref() else { break };
         let head = head_of(open, topic, key).map_err(|error| stopped(error, &stored))?;
-        let records: Vec<BatchRecord> = batch.iter().map(|(_, record)| record.clone()).collect();
-        let acks = match open.publish_batch(topic, &records) {
+        let records: Vec<BatchRecordWithHeaders> = batch
+            .iter()
+            .map(|(_, record)| record.clone().with_headers(stream.headers.clone()))
+            .collect();
+        let acks = match open.publish_batch_with_headers(topic, &records) {
             Ok(acks) => acks,
             Err(error) => return Err(batch_failed(topic, &stored, &batch, error)),
         };

@@ -6,9 +6,9 @@
 use std::future::Future;
 
 use bus_core::{
-    AsyncEventBus, BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, TopicSpec,
+    AsyncEventBus, BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, EventBus, Headers,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
+    SubscribeOptions, Subscription, TopicSpec,
 };
 
 /// A bus whose [`EventBus`] methods run through its [`AsyncEventBus`]
@@ -181,6 +181,16 @@ impl<B: EventBus + AsyncEventBus> EventBus for ThroughAsync<B> {
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
         self.wait(AsyncEventBus::publish_batch(&self.bus, topic, records))
+    }
+
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.wait(AsyncEventBus::publish_batch_with_headers(
+            &self.bus, topic, records,
+        ))
     }
 
     fn subscribe(

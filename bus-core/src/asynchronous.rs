@@ -40,8 +40,8 @@ use std::pin::Pin;
 
 use crate::subscription::{Selector, StartAt, SubscribeOptions, SubscriptionStream};
 use crate::{
-    BatchRecord, BusError, Headers, Manifest, PartitionOffsets, PublishAck, StoredEvent,
-    StoredRecord, TopicSpec,
+    BatchRecord, BatchRecordWithHeaders, BusError, Headers, Manifest, PartitionOffsets, PublishAck,
+    StoredEvent, StoredRecord, TopicSpec,
 };
 
 /// A boxed, `Send` future: what every [`AsyncEventBus`] method returns.
@@ -144,6 +144,20 @@ pub trait AsyncEventBus: Send + Sync {
         })
     }
 
+    /// `EventBus::publish_batch_with_headers` (C25), with the same default:
+    /// a batch without headers is a plain batch, headers are checked and
+    /// then [`BusError::Unsupported`] until the backend stores them.
+    fn publish_batch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecordWithHeaders],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move {
+            let plain = crate::batch::without_headers(records, "async")?;
+            self.publish_batch(topic, &plain).await
+        })
+    }
+
     /// `EventBus::fetch_with_headers` (C25); the default gives every record
     /// empty headers.
     fn fetch_with_headers<'a>(
@@ -212,6 +226,9 @@ macro_rules! forward_async_event_bus {
             }
             fn publish_batch<'a>(&'a self, topic: &'a str, records: &'a [BatchRecord]) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
                 (**self).publish_batch(topic, records)
+            }
+            fn publish_batch_with_headers<'a>(&'a self, topic: &'a str, records: &'a [BatchRecordWithHeaders]) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+                (**self).publish_batch_with_headers(topic, records)
             }
             fn fetch<'a>(&'a self, topic: &'a str, partition: u32, offset: u64, max: usize) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
                 (**self).fetch(topic, partition, offset, max)
@@ -283,6 +300,14 @@ impl AsyncEventBus for crate::memory::MemoryBus {
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
         Box::pin(async move { crate::EventBus::publish_batch(self, topic, records) })
+    }
+
+    fn publish_batch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecordWithHeaders],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move { crate::EventBus::publish_batch_with_headers(self, topic, records) })
     }
 
     fn fetch<'a>(

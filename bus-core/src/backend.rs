@@ -7,6 +7,7 @@
 //! | need | items |
 //! |---|---|
 //! | publish preparation: UID, size, auth tag, partition (C2, C5, C12, C14) | [`prepare_record`], [`PreparedRecord`], [`uid_partition`], [`RawRecord`], [`encode_value`] |
+//! | one batch path for batches with and without headers (C25) | [`BatchItem`] |
 //! | validation of arguments before storage is touched | [`validate_topic`], [`validate_key`], [`validate_uid`], [`check_partition`], [`json_depth`], [`MAX_JSON_DEPTH`] |
 //! | names a broker cannot hold as they are | [`percent_encode`], [`percent_decode`] |
 //! | the partitioner's hash | [`fnv1a64`] |
@@ -21,6 +22,7 @@
 //! schema around any backend, and the facade's `bus::open` wraps every bus
 //! in it.
 
+pub use crate::batch::BatchItem;
 pub use crate::bus::FetchFeed;
 pub use crate::partition::fnv1a64;
 pub use crate::percent::{percent_decode, percent_encode};

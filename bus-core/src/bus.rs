@@ -2,37 +2,9 @@
 
 use crate::subscription::{Feed, Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
-    BusError, Capabilities, Headers, Manifest, PublishAck, StoredEvent, StoredRecord, partition_for,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, Headers, Manifest, PublishAck,
+    StoredEvent, StoredRecord, partition_for,
 };
-
-/// One record of a batch publish.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BatchRecord {
-    /// Partition key.
-    pub key: String,
-    /// The event payload.
-    pub value: serde_json::Value,
-    /// Stable event UID for deduplication, if any.
-    pub uid: Option<String>,
-}
-
-impl BatchRecord {
-    /// A record without an explicit UID.
-    pub fn new(key: impl Into<String>, value: serde_json::Value) -> Self {
-        Self {
-            key: key.into(),
-            value,
-            uid: None,
-        }
-    }
-
-    /// Sets the UID.
-    #[must_use]
-    pub fn with_uid(mut self, uid: impl Into<String>) -> Self {
-        self.uid = Some(uid.into());
-        self
-    }
-}
 
 /// Publish/consume abstraction. Synchronous by design: the harness calls it
 /// from worker threads (never the hot path), and network backends manage
@@ -191,6 +163,26 @@ pub trait EventBus: Send + Sync {
                 None => self.publish(topic, &record.key, &record.value),
             })
             .collect()
+    }
+
+    /// [`EventBus::publish_batch`] of records with headers (C25): each
+    /// record's headers are checked against the limits of [`Headers`] as
+    /// [`EventBus::publish_with_headers`] checks them, with the rest of
+    /// the batch, before anything is stored (one bad header refuses the
+    /// whole batch), then stored in the backend's native place and covered
+    /// by the record's tag. The acks come in the records' order.
+    ///
+    /// The default takes a batch without headers as
+    /// [`EventBus::publish_batch`] and refuses headers as
+    /// [`BusError::Unsupported`] (after checking them): a backend that
+    /// does not store headers never drops them silently.
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        let plain = crate::batch::without_headers(records, self.capabilities().backend)?;
+        self.publish_batch(topic, &plain)
     }
 
     /// Publishes `value` with `headers` (C25), under `event_uid` when given
@@ -370,6 +362,9 @@ macro_rules! forward_event_bus {
             }
             fn publish_batch(&self, topic: &str, records: &[BatchRecord]) -> Result<Vec<PublishAck>, BusError> {
                 (**self).publish_batch(topic, records)
+            }
+            fn publish_batch_with_headers(&self, topic: &str, records: &[BatchRecordWithHeaders]) -> Result<Vec<PublishAck>, BusError> {
+                (**self).publish_batch_with_headers(topic, records)
             }
             fn subscribe(&self, topic: &str, selector: Selector, start: StartAt, options: SubscribeOptions) -> Result<Subscription, BusError> {
                 (**self).subscribe(topic, selector, start, options)

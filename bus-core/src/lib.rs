@@ -4,6 +4,7 @@
 mod asynchronous;
 pub mod auth;
 pub mod backend;
+mod batch;
 mod bus;
 mod capabilities;
 pub mod consumer;
@@ -28,7 +29,8 @@ mod traced;
 // a backend author needs besides is in [`backend`].
 #[cfg(feature = "async")]
 pub use asynchronous::{AsyncEventBus, BoxFuture};
-pub use bus::{BatchRecord, EventBus, EventBusExt, PartitionOffsets};
+pub use batch::{BatchRecord, BatchRecordWithHeaders};
+pub use bus::{EventBus, EventBusExt, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, StoredRecord, embedded_uid, now_ms, resolve_uid};

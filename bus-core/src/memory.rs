@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use crate::auth::{RecordAuth, RecordParts};
 use crate::subscription::{Doorbell, Plan};
 use crate::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, TopicSpec, backend::DoorbellRegistry, backend::FetchFeed,
-    backend::PreparedRecord, backend::RawRecord, backend::check_partition, backend::prepare_record,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, DedupHorizon, EventBus, Headers,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
+    SubscribeOptions, Subscription, TopicSpec, backend::BatchItem, backend::DoorbellRegistry,
+    backend::FetchFeed, backend::PreparedRecord, backend::RawRecord, backend::check_partition,
     backend::prepare_record_with, backend::uid_partition, backend::validate_topic, now_ms,
 };
 
@@ -219,6 +219,34 @@ impl MemoryBus {
         drop(log);
         self.store.bells.ring(topic_name);
         Ok(ack(offset))
+    }
+}
+
+impl MemoryBus {
+    /// A batch, with or without headers: validated whole first so a bad
+    /// record stores nothing.
+    fn publish_items(
+        &self,
+        topic: &str,
+        records: &[BatchItem<'_>],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        let spec = self.store.topic(topic)?.spec.clone();
+        for record in records {
+            prepare_record_with(
+                &spec,
+                record.key,
+                record.value,
+                record.uid,
+                record.headers,
+                None,
+            )?;
+        }
+        records
+            .iter()
+            .map(|record| {
+                self.publish_one(topic, record.key, record.value, record.uid, record.headers)
+            })
+            .collect()
     }
 }
 
@@ -533,29 +561,15 @@ impl EventBus for MemoryBus {
         topic: &str,
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
-        // Validate the whole batch first so a bad record stores nothing.
-        let spec = self.store.topic(topic)?.spec.clone();
-        for record in records {
-            prepare_record(
-                &spec,
-                &record.key,
-                &record.value,
-                record.uid.as_deref(),
-                None,
-            )?;
-        }
-        records
-            .iter()
-            .map(|record| {
-                self.publish_one(
-                    topic,
-                    &record.key,
-                    &record.value,
-                    record.uid.as_deref(),
-                    &Headers::new(),
-                )
-            })
-            .collect()
+        self.publish_items(topic, &BatchItem::all(records))
+    }
+    /// Headers beside each record, under its tag (C25).
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.publish_items(topic, &BatchItem::all(records))
     }
     fn subscribe(
         &self,

@@ -5,8 +5,8 @@
 use crate::consumer::{ConsumeOptions, Consumer, ConsumerInfo, DurableConsumers};
 use crate::subscription::{Selector, StartAt, SubscribeOptions, Subscription};
 use crate::{
-    BatchRecord, BusError, Capabilities, EventBus, Headers, Manifest, PartitionOffsets, PublishAck,
-    StoredEvent, StoredRecord, TopicSpec,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, EventBus, Headers, Manifest,
+    PartitionOffsets, PublishAck, StoredEvent, StoredRecord, TopicSpec,
 };
 
 /// A bus whose operations each run in a `tracing` span of the bus span
@@ -299,6 +299,17 @@ impl<B: EventBus> EventBus for Traced<B> {
             .in_scope(|| self.inner.publish_batch(topic, records))
     }
 
+    /// In the `bus.publish_batch` span, as [`EventBus::publish_with_headers`]
+    /// is in `bus.publish`.
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        op_span!(self, publish_batch, topic, records.len())
+            .in_scope(|| self.inner.publish_batch_with_headers(topic, records))
+    }
+
     fn subscribe(
         &self,
         topic: &str,
@@ -318,8 +329,8 @@ mod asynchronous {
     use super::Traced;
     use crate::subscription::{Selector, StartAt, SubscribeOptions, SubscriptionStream};
     use crate::{
-        AsyncEventBus, BatchRecord, BoxFuture, BusError, Headers, Manifest, PartitionOffsets,
-        PublishAck, StoredEvent, StoredRecord, TopicSpec,
+        AsyncEventBus, BatchRecord, BatchRecordWithHeaders, BoxFuture, BusError, Headers, Manifest,
+        PartitionOffsets, PublishAck, StoredEvent, StoredRecord, TopicSpec,
     };
 
     /// Each future runs in the span the sync surface opens for the same
@@ -358,6 +369,19 @@ mod asynchronous {
         ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
             let span = op_span!(self, publish_batch, topic, records.len());
             Box::pin(self.inner.publish_batch(topic, records).instrument(span))
+        }
+
+        fn publish_batch_with_headers<'a>(
+            &'a self,
+            topic: &'a str,
+            records: &'a [BatchRecordWithHeaders],
+        ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+            let span = op_span!(self, publish_batch, topic, records.len());
+            Box::pin(
+                self.inner
+                    .publish_batch_with_headers(topic, records)
+                    .instrument(span),
+            )
         }
 
         fn fetch<'a>(

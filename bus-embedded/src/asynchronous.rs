@@ -9,9 +9,10 @@
 //! files and run on the caller's tokio runtime's blocking pool, so the
 //! async surface must be used from inside a tokio runtime.
 
+use bus_core::backend::BatchItem;
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, EventBus, Headers, Manifest, PublishAck,
-    Selector, StartAt, SubscribeOptions, SubscriptionStream,
+    AsyncEventBus, BatchRecord, BatchRecordWithHeaders, BoxFuture, BusError, EventBus, Headers,
+    Manifest, PublishAck, Selector, StartAt, SubscribeOptions, SubscriptionStream,
 };
 
 use crate::bus::EmbeddedBus;
@@ -52,7 +53,7 @@ impl EmbeddedBus {
     async fn publish_batch_async(
         &self,
         topic_name: &str,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         self.inner.writable("publish_batch")?;
         let topic = self.inner.topic(topic_name)?;
@@ -111,7 +112,22 @@ impl AsyncEventBus for EmbeddedBus {
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(self.publish_batch_async(topic, records))
+        Box::pin(async move {
+            self.publish_batch_async(topic, &BatchItem::all(records))
+                .await
+        })
+    }
+
+    /// Headers in each record's frame (C25), through the same group commit.
+    fn publish_batch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecordWithHeaders],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move {
+            self.publish_batch_async(topic, &BatchItem::all(records))
+                .await
+        })
     }
 
     /// Headers in the frame (C25), through the same group commit.

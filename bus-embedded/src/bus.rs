@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use bus_core::auth::RecordAuth;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, backend::check_partition, backend::uid_partition,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, DedupHorizon, EventBus, Headers,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
+    SubscribeOptions, Subscription, backend::BatchItem, backend::check_partition,
+    backend::uid_partition,
 };
 
 use crate::fsutil;
@@ -436,24 +437,16 @@ impl EventBus for EmbeddedBus {
         topic_name: &str,
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
-        self.inner.writable("publish_batch")?;
-        let topic = self.inner.topic(topic_name)?;
-        let auth = self.inner.auth();
-        let groups = self.group_batch(&topic, records, auth.as_ref())?;
-        let mut acks: Vec<Option<PublishAck>> = vec![None; records.len()];
-        for (partition, (positions, batch)) in groups {
-            let offsets = topic.partition(partition)?.append(batch, auth.clone())?;
-            for (i, offset) in positions.into_iter().zip(offsets) {
-                acks[i] = Some(PublishAck {
-                    topic: topic_name.to_owned(),
-                    partition,
-                    offset,
-                });
-            }
-        }
-        acks.into_iter()
-            .map(|ack| ack.ok_or_else(|| BusError::backend("embedded", "batch record not acked")))
-            .collect()
+        self.publish_items(topic_name, &BatchItem::all(records))
+    }
+
+    /// As `publish_batch`, headers in each record's frame (C25).
+    fn publish_batch_with_headers(
+        &self,
+        topic_name: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.publish_items(topic_name, &BatchItem::all(records))
     }
     fn subscribe(
         &self,

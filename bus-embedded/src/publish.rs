@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bus_core::auth::RecordAuth;
-use bus_core::{BatchRecord, BusError, Headers, PublishAck, backend::prepare_record_with};
+use bus_core::backend::{BatchItem, prepare_record_with};
+use bus_core::{BusError, Headers, PublishAck};
 
 use crate::bus::EmbeddedBus;
 use crate::log::frame::{NewRecord, encode_headers};
@@ -39,17 +40,17 @@ impl EmbeddedBus {
     pub(crate) fn group_batch(
         &self,
         topic: &Topic,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
         auth: Option<&RecordAuth>,
     ) -> Result<BatchGroups, BusError> {
         let mut groups = BatchGroups::new();
         for (i, record) in records.iter().enumerate() {
             let (partition, new) = self.record(
                 topic,
-                &record.key,
-                &record.value,
-                record.uid.as_deref(),
-                &Headers::new(),
+                record.key,
+                record.value,
+                record.uid,
+                record.headers,
                 auth,
             )?;
             let group = groups.entry(partition).or_default();
@@ -57,6 +58,33 @@ impl EmbeddedBus {
             group.1.push(new);
         }
         Ok(groups)
+    }
+
+    /// A batch, with or without headers: validated whole first (a bad
+    /// record stores nothing), then one frame per partition it touches.
+    pub(crate) fn publish_items(
+        &self,
+        topic_name: &str,
+        records: &[BatchItem<'_>],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.inner.writable("publish_batch")?;
+        let topic = self.inner.topic(topic_name)?;
+        let auth = self.inner.auth();
+        let groups = self.group_batch(&topic, records, auth.as_ref())?;
+        let mut acks: Vec<Option<PublishAck>> = vec![None; records.len()];
+        for (partition, (positions, batch)) in groups {
+            let offsets = topic.partition(partition)?.append(batch, auth.clone())?;
+            for (i, offset) in positions.into_iter().zip(offsets) {
+                acks[i] = Some(PublishAck {
+                    topic: topic_name.to_owned(),
+                    partition,
+                    offset,
+                });
+            }
+        }
+        acks.into_iter()
+            .map(|ack| ack.ok_or_else(|| BusError::backend("embedded", "batch record not acked")))
+            .collect()
     }
 
     pub(crate) fn record(

@@ -17,9 +17,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bus_core::backend::BatchItem;
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, Manifest, PublishAck, Selector, StartAt,
-    SubscribeOptions, SubscriptionStream,
+    AsyncEventBus, BatchRecord, BatchRecordWithHeaders, BoxFuture, BusError, Headers, Manifest,
+    PublishAck, Selector, StartAt, SubscribeOptions, SubscriptionStream,
 };
 use futures::StreamExt as _;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -93,22 +94,26 @@ impl KafkaBus {
 
     /// Records without UIDs, produced from the caller's task; a batch with
     /// a UID (given, or in a value's `metadata.uid`) goes through the dedup
-    /// index on the blocking pool.
+    /// index on the blocking pool. With or without headers (C25).
     async fn publish_async(
         &self,
         topic: &str,
-        records: Vec<BatchRecord>,
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         let entry = self.entry_async(topic).await?;
-        let prepared = prepare_all(self.core.auth().as_ref(), &entry, &records)?;
+        let prepared = prepare_all(self.core.auth().as_ref(), &entry, records)?;
         if prepared.is_empty() {
             return Ok(Vec::new());
         }
         // A UID given or carried in the value (`metadata.uid`, C6).
         if prepared.iter().any(|record| record.uid.is_some()) {
             let owned = topic.to_owned();
+            let records: Vec<BatchRecordWithHeaders> =
+                records.iter().map(BatchItem::to_owned_record).collect();
             return self
-                .blocking_async("publish", move |bus| bus.publish_many(&owned, &records))
+                .blocking_async("publish", move |bus| {
+                    bus.publish_many(&owned, &BatchItem::all(&records))
+                })
                 .await;
         }
         let deadline = self.deadline();
@@ -132,10 +137,15 @@ impl KafkaBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        let mut record = BatchRecord::new(key, value.clone());
-        record.uid = uid.map(str::to_owned);
-        self.publish_async(topic, vec![record])
+        let record = BatchItem {
+            key,
+            value,
+            uid,
+            headers,
+        };
+        self.publish_async(topic, &[record])
             .await?
             .into_iter()
             .next()
@@ -221,6 +231,9 @@ async fn produce_async(
     out
 }
 
+/// The headers of a publish without any.
+static NO_HEADERS: Headers = Headers::new();
+
 impl AsyncEventBus for KafkaBus {
     fn publish<'a>(
         &'a self,
@@ -228,7 +241,7 @@ impl AsyncEventBus for KafkaBus {
         key: &'a str,
         value: &'a serde_json::Value,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, key, value, None))
+        Box::pin(self.publish_one_async(topic, key, value, None, &NO_HEADERS))
     }
 
     /// A malformed UID is refused before anything is queued (contract C12).
@@ -241,7 +254,7 @@ impl AsyncEventBus for KafkaBus {
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
             bus_core::backend::validate_uid(event_uid)?;
-            self.publish_one_async(topic, key, value, Some(event_uid))
+            self.publish_one_async(topic, key, value, Some(event_uid), &NO_HEADERS)
                 .await
         })
     }
@@ -251,7 +264,16 @@ impl AsyncEventBus for KafkaBus {
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(self.publish_async(topic, records.to_vec()))
+        Box::pin(async move { self.publish_async(topic, &BatchItem::all(records)).await })
+    }
+
+    /// Headers as Kafka record headers of each record (C25).
+    fn publish_batch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecordWithHeaders],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move { self.publish_async(topic, &BatchItem::all(records)).await })
     }
 
     fn fetch<'a>(
@@ -267,28 +289,23 @@ impl AsyncEventBus for KafkaBus {
         }))
     }
 
-    /// On the blocking pool, through the sync publish (C25): a record with
-    /// headers is as rare as it is small, so no async producer path of its own.
+    /// Headers as Kafka record headers (C25), produced from the caller's
+    /// task as any publish.
     fn publish_with_headers<'a>(
         &'a self,
         topic: &'a str,
         key: &'a str,
         value: &'a serde_json::Value,
         event_uid: Option<&'a str>,
-        headers: &'a bus_core::Headers,
+        headers: &'a Headers,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        let (topic, key, value) = (topic.to_owned(), key.to_owned(), value.clone());
-        let (uid, headers) = (event_uid.map(str::to_owned), headers.clone());
-        Box::pin(self.blocking_async("publish", move |bus| {
-            bus_core::EventBus::publish_with_headers(
-                &bus,
-                &topic,
-                &key,
-                &value,
-                uid.as_deref(),
-                &headers,
-            )
-        }))
+        Box::pin(async move {
+            if let Some(uid) = event_uid {
+                bus_core::backend::validate_uid(uid)?;
+            }
+            self.publish_one_async(topic, key, value, event_uid, headers)
+                .await
+        })
     }
 
     fn fetch_with_headers<'a>(

@@ -17,9 +17,10 @@ use crate::client::{Delivery, Producer};
 use crate::registry::{Entry, Registry};
 use crate::{KafkaOptions, client, dedup, reader, waker};
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, backend::check_partition, backend::uid_partition,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, DedupHorizon, EventBus, Headers,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
+    SubscribeOptions, Subscription, backend::BatchItem, backend::check_partition,
+    backend::uid_partition,
 };
 
 use crate::{fetch, topics};
@@ -528,7 +529,15 @@ impl EventBus for KafkaBus {
         topic: &str,
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
-        self.publish_many(topic, records)
+        self.publish_many(topic, &BatchItem::all(records))
+    }
+    /// Headers as Kafka record headers of each record (C25).
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.publish_many(topic, &BatchItem::all(records))
     }
     fn subscribe(
         &self,

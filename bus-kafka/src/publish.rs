@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bus_core::auth::{RecordAuth, to_hex};
-use bus_core::{BatchRecord, BusError, Headers, PublishAck, backend::prepare_record_with};
+use bus_core::backend::{BatchItem, prepare_record_with};
+use bus_core::{BusError, Headers, PublishAck};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
@@ -34,20 +35,11 @@ pub(crate) struct Prepared {
 pub(crate) fn prepare_all(
     auth: Option<&RecordAuth>,
     entry: &Entry,
-    records: &[BatchRecord],
+    records: &[BatchItem<'_>],
 ) -> Result<Vec<Prepared>, BusError> {
     records
         .iter()
-        .map(|record| {
-            prepare(
-                auth,
-                entry,
-                &record.key,
-                &record.value,
-                record.uid.as_deref(),
-                &Headers::new(),
-            )
-        })
+        .map(|r| prepare(auth, entry, r.key, r.value, r.uid, r.headers))
         .collect()
 }
 
@@ -248,7 +240,7 @@ impl KafkaBus {
     pub(crate) fn publish_many(
         &self,
         topic: &str,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         let entry = self.entry(topic)?;
         let prepared = prepare_all(self.core.auth().as_ref(), &entry, records)?;

@@ -15,11 +15,12 @@
 use std::sync::Arc;
 
 use async_nats::jetstream;
+use bus_core::backend::BatchItem;
 use bus_core::backend::executor::bounded;
 use bus_core::{
-    AsyncEventBus, BatchRecord, BoxFuture, BusError, Headers, Manifest, PartitionOffsets,
-    PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions, SubscriptionStream,
-    backend::check_partition, backend::uid_partition, backend::validate_topic,
+    AsyncEventBus, BatchRecord, BatchRecordWithHeaders, BoxFuture, BusError, Headers, Manifest,
+    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
+    SubscriptionStream, backend::check_partition, backend::uid_partition, backend::validate_topic,
 };
 
 use crate::bus::{connect_client, jetstream_of};
@@ -121,15 +122,13 @@ impl NatsBus {
     async fn publish_async(
         &self,
         topic: &str,
-        records: &[(&str, &serde_json::Value, Option<&str>, &Headers)],
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         bounded("publish", self.shared.timeout, async {
             let state = self.topic_async(topic).await?;
             let prepared = records
                 .iter()
-                .map(|&(key, value, uid, headers)| {
-                    prepare(&self.shared, &state, key, value, uid, headers)
-                })
+                .map(|r| prepare(&self.shared, &state, r.key, r.value, r.uid, r.headers))
                 .collect::<Result<Vec<_>, _>>()?;
             if prepared.is_empty() {
                 return Ok(Vec::new());
@@ -147,7 +146,13 @@ impl NatsBus {
         uid: Option<&str>,
         headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        self.publish_async(topic, &[(key, value, uid, headers)])
+        let record = BatchItem {
+            key,
+            value,
+            uid,
+            headers,
+        };
+        self.publish_async(topic, &[record])
             .await?
             .into_iter()
             .next()
@@ -229,13 +234,16 @@ impl AsyncEventBus for NatsBus {
         topic: &'a str,
         records: &'a [BatchRecord],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
-        Box::pin(async move {
-            let records: Vec<_> = records
-                .iter()
-                .map(|r| (r.key.as_str(), &r.value, r.uid.as_deref(), &NO_HEADERS))
-                .collect();
-            self.publish_async(topic, &records).await
-        })
+        Box::pin(async move { self.publish_async(topic, &BatchItem::all(records)).await })
+    }
+
+    /// Headers as NATS message headers of each record (C25).
+    fn publish_batch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecordWithHeaders],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move { self.publish_async(topic, &BatchItem::all(records)).await })
     }
 
     /// Headers as NATS message headers (C25).

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use bus_core::auth::RecordAuth;
+use bus_core::backend::BatchItem;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, backend::ConnectorExecutor, backend::check_partition, backend::uid_partition,
-    backend::validate_topic,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, DedupHorizon, EventBus, Headers,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
+    SubscribeOptions, Subscription, backend::ConnectorExecutor, backend::check_partition,
+    backend::uid_partition, backend::validate_topic,
 };
 
 use crate::errors::{BACKEND, unavailable, unavailable_caused};
@@ -281,21 +282,12 @@ impl NatsBus {
     fn publish_records(
         &self,
         topic: &str,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         let state = self.topic(topic)?;
         let prepared = records
             .iter()
-            .map(|record| {
-                prepare(
-                    &self.shared,
-                    &state,
-                    &record.key,
-                    &record.value,
-                    record.uid.as_deref(),
-                    &Headers::new(),
-                )
-            })
+            .map(|r| prepare(&self.shared, &state, r.key, r.value, r.uid, r.headers))
             .collect::<Result<Vec<_>, _>>()?;
         if prepared.is_empty() {
             return Ok(Vec::new());
@@ -529,7 +521,15 @@ impl EventBus for NatsBus {
         topic: &str,
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
-        self.publish_records(topic, records)
+        self.publish_records(topic, &BatchItem::all(records))
+    }
+    /// Headers as NATS message headers of each record (C25).
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        self.publish_records(topic, &BatchItem::all(records))
     }
     fn subscribe(
         &self,

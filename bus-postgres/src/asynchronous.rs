@@ -12,9 +12,10 @@ use std::time::Duration;
 use bus_core::backend::executor::bounded;
 use bus_core::{AsyncEventBus, BoxFuture};
 use bus_core::{
-    BatchRecord, BusError, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
-    SubscribeOptions, SubscriptionStream, backend::check_partition, backend::uid_partition,
-    backend::validate_topic, backend::validate_uid,
+    BatchRecord, BatchRecordWithHeaders, BusError, Headers, Manifest, PartitionOffsets, PublishAck,
+    Selector, StartAt, StoredEvent, SubscribeOptions, SubscriptionStream, backend::BatchItem,
+    backend::check_partition, backend::uid_partition, backend::validate_topic,
+    backend::validate_uid,
 };
 
 use crate::bus::{PostgresBus, Rounds};
@@ -74,10 +75,11 @@ impl PostgresBus {
         topics::topic(&self.core.shared, name).await
     }
 
+    /// A batch, with or without headers (C25); UIDs checked by the caller.
     async fn publish_async(
         &self,
         topic: &str,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         bounded("publish", self.timeout(), async {
             let topic = self.topic_async(topic).await?;
@@ -97,19 +99,24 @@ impl PostgresBus {
         key: &str,
         value: &serde_json::Value,
         uid: Option<&str>,
+        headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        let record = BatchRecord {
-            key: key.to_owned(),
-            value: value.clone(),
-            uid: uid.map(str::to_owned),
+        let record = BatchItem {
+            key,
+            value,
+            uid,
+            headers,
         };
-        self.publish_async(topic, std::slice::from_ref(&record))
+        self.publish_async(topic, &[record])
             .await?
             .into_iter()
             .next()
             .ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))
     }
 }
+
+/// The headers of a publish without any.
+static NO_HEADERS: Headers = Headers::new();
 
 impl AsyncEventBus for PostgresBus {
     /// Headers in the `headers` column (C25), through the same group commit.
@@ -119,22 +126,15 @@ impl AsyncEventBus for PostgresBus {
         key: &'a str,
         value: &'a serde_json::Value,
         event_uid: Option<&'a str>,
-        headers: &'a bus_core::Headers,
+        headers: &'a Headers,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(bounded("publish", self.timeout(), async move {
+        Box::pin(async move {
             if let Some(uid) = event_uid {
                 bus_core::backend::validate_uid(uid)?;
             }
-            let topic = self.topic_async(topic).await?;
-            let prepared = crate::publish::prepare(&topic, key, value, event_uid, headers)?;
-            let rounds = Rounds::group(vec![prepared]);
-            let name = topic.spec.name.clone();
-            let offsets = rounds.append(Arc::clone(&self.core.shared), topic).await?;
-            Rounds::acks(&name, offsets)?
-                .into_iter()
-                .next()
-                .ok_or_else(|| BusError::backend("postgres", "publish returned no ack"))
-        }))
+            self.publish_one_async(topic, key, value, event_uid, headers)
+                .await
+        })
     }
 
     fn publish<'a>(
@@ -143,7 +143,7 @@ impl AsyncEventBus for PostgresBus {
         key: &'a str,
         value: &'a serde_json::Value,
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
-        Box::pin(self.publish_one_async(topic, key, value, None))
+        Box::pin(self.publish_one_async(topic, key, value, None, &NO_HEADERS))
     }
 
     /// A malformed UID is refused before anything is queued (contract C12).
@@ -156,7 +156,7 @@ impl AsyncEventBus for PostgresBus {
     ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
         Box::pin(async move {
             bus_core::backend::validate_uid(event_uid)?;
-            self.publish_one_async(topic, key, value, Some(event_uid))
+            self.publish_one_async(topic, key, value, Some(event_uid), &NO_HEADERS)
                 .await
         })
     }
@@ -170,7 +170,21 @@ impl AsyncEventBus for PostgresBus {
             for uid in records.iter().filter_map(|r| r.uid.as_deref()) {
                 validate_uid(uid)?;
             }
-            self.publish_async(topic, records).await
+            self.publish_async(topic, &BatchItem::all(records)).await
+        })
+    }
+
+    /// Headers in each record's `headers` column (C25).
+    fn publish_batch_with_headers<'a>(
+        &'a self,
+        topic: &'a str,
+        records: &'a [BatchRecordWithHeaders],
+    ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
+        Box::pin(async move {
+            for uid in records.iter().filter_map(|r| r.record.uid.as_deref()) {
+                validate_uid(uid)?;
+            }
+            self.publish_async(topic, &BatchItem::all(records)).await
         })
     }
 

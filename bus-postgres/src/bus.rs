@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use bus_core::auth::RecordAuth;
+use bus_core::backend::BatchItem;
 use bus_core::backend::Plan;
 use bus_core::{
-    BatchRecord, BusError, Capabilities, DedupHorizon, EventBus, Headers, Manifest,
-    PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions,
-    Subscription, backend::ConnectorExecutor, backend::uid_partition, backend::validate_uid,
+    BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, DedupHorizon, EventBus, Headers,
+    Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
+    SubscribeOptions, Subscription, backend::ConnectorExecutor, backend::uid_partition,
+    backend::validate_uid,
 };
 
 use crate::errors::pool;
@@ -62,10 +64,11 @@ impl PostgresBus {
         self.core.connector_started()
     }
 
+    /// A batch, with or without headers (C25); UIDs checked by the caller.
     fn publish_records(
         &self,
         topic: &str,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
     ) -> Result<Vec<PublishAck>, BusError> {
         let topic = self.core.topic(topic)?;
         let Some(rounds) = Rounds::prepare(&topic, records)? else {
@@ -258,7 +261,18 @@ impl EventBus for PostgresBus {
                 validate_uid(uid)?;
             }
         }
-        self.publish_records(topic, records)
+        self.publish_records(topic, &BatchItem::all(records))
+    }
+    /// Headers in each record's `headers` column (C25).
+    fn publish_batch_with_headers(
+        &self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+    ) -> Result<Vec<PublishAck>, BusError> {
+        for uid in records.iter().filter_map(|r| r.record.uid.as_deref()) {
+            validate_uid(uid)?;
+        }
+        self.publish_records(topic, &BatchItem::all(records))
     }
     fn subscribe(
         &self,
@@ -290,11 +304,11 @@ impl Rounds {
     /// Checks and encodes `records`; `None` for an empty batch.
     pub(crate) fn prepare(
         topic: &Topic,
-        records: &[BatchRecord],
+        records: &[BatchItem<'_>],
     ) -> Result<Option<Self>, BusError> {
         let prepared = records
             .iter()
-            .map(|r| prepare(topic, &r.key, &r.value, r.uid.as_deref(), &Headers::new()))
+            .map(|r| prepare(topic, r.key, r.value, r.uid, r.headers))
             .collect::<Result<Vec<_>, _>>()?;
         if prepared.is_empty() {
             return Ok(None);

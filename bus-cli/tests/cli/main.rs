@@ -6,6 +6,7 @@ mod basics;
 mod consumers;
 mod docs;
 mod exit_codes;
+mod headers;
 mod logging;
 mod positions;
 mod profiles;

@@ -1,6 +1,7 @@
 //! The cases, one or more per contract rule; names start with the rule.
 
 mod auth;
+mod batch_headers;
 mod concurrency;
 mod dedup;
 mod exclusive;
@@ -13,6 +14,7 @@ mod retention;
 mod subscribe;
 
 pub use auth::*;
+pub use batch_headers::*;
 pub use concurrency::*;
 pub use dedup::*;
 pub use exclusive::*;
@@ -111,7 +113,9 @@ macro_rules! __for_each_case {
             c25_headers_round_trip_through_fetch_and_subscribe,
             c25_bad_headers_are_refused_and_nothing_stored,
             c25_records_without_headers_are_unchanged,
-            c25_forged_headers_fail_with_integrity
+            c25_forged_headers_fail_with_integrity,
+            c25_batch_headers_round_trip,
+            c25_batch_with_a_bad_header_stores_nothing
         }
     };
 }
