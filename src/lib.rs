@@ -13,6 +13,9 @@ pub use bus_core::{
 };
 #[cfg(feature = "async")]
 pub use bus_core::{AsyncEventBus, BoxFuture};
+/// W3C trace context and OpenTelemetry messaging spans (feature `otel`).
+#[cfg(feature = "otel")]
+pub use bus_core::otel;
 
 #[cfg(feature = "async")]
 mod async_open;
