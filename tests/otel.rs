@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bus::otel::TRACEPARENT;
-use bus::{EventBus, Headers, Manifest, Selector, StartAt, SubscribeOptions, SubscriptionItem, TopicSpec};
+use bus::{
+    EventBus, Headers, Manifest, Selector, StartAt, SubscribeOptions, SubscriptionItem, TopicSpec,
+};
 use opentelemetry::trace::{SpanKind, TraceContextExt as _, TraceId, Tracer as _};
 use opentelemetry::{Context, KeyValue, Value, global};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
@@ -57,8 +59,9 @@ fn topic(label: &str) -> String {
 fn next_record(subscription: &mut bus::Subscription) -> SubscriptionItem {
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if let Some(item @ SubscriptionItem::Record { .. }) =
-            subscription.recv_timeout(Duration::from_millis(200)).unwrap()
+        if let Some(item @ SubscriptionItem::Record { .. }) = subscription
+            .recv_timeout(Duration::from_millis(200))
+            .unwrap()
         {
             return item;
         }
@@ -74,7 +77,12 @@ fn one_trace_from_publish_to_delivery(url: &str, label: &str, system: &str) {
     let topic = topic(label);
     let bus = bus::open(url, &Manifest::new([TopicSpec::new(topic.as_str(), 2)])).unwrap();
     let mut subscription = bus
-        .subscribe(&topic, Selector::Topic, StartAt::Beginning, SubscribeOptions::default())
+        .subscribe(
+            &topic,
+            Selector::Topic,
+            StartAt::Beginning,
+            SubscribeOptions::default(),
+        )
         .unwrap();
 
     let root = global::tracer("otel-test").start("agent action");
@@ -86,13 +94,24 @@ fn one_trace_from_publish_to_delivery(url: &str, label: &str, system: &str) {
             .unwrap()
     };
 
-    let stored = bus.fetch_with_headers(&topic, ack.partition, ack.offset, 1).unwrap();
-    let traceparent = stored[0].headers.get(TRACEPARENT).expect("traceparent written");
-    assert!(traceparent.contains(&format!("{trace}")), "{traceparent} names {trace}");
+    let stored = bus
+        .fetch_with_headers(&topic, ack.partition, ack.offset, 1)
+        .unwrap();
+    let traceparent = stored[0]
+        .headers
+        .get(TRACEPARENT)
+        .expect("traceparent written");
+    assert!(
+        traceparent.contains(&format!("{trace}")),
+        "{traceparent} names {trace}"
+    );
 
     let item = next_record(&mut subscription);
     assert_eq!(item.event().unwrap().offset, ack.offset);
-    let delivery = subscription.delivery_context().expect("a delivery span").clone();
+    let delivery = subscription
+        .delivery_context()
+        .expect("a delivery span")
+        .clone();
     assert_eq!(delivery.span().span_context().trace_id(), trace);
     drop(subscription);
     cx.span().end();
@@ -102,18 +121,42 @@ fn one_trace_from_publish_to_delivery(url: &str, label: &str, system: &str) {
         spans
             .iter()
             .find(|span| span.name == name)
-            .unwrap_or_else(|| panic!("no span {name:?} in {:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no span {name:?} in {:?}",
+                    spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+                )
+            })
     };
     let send = named(format!("send {topic}"));
     let process = named(format!("process {topic}"));
     assert_eq!(send.span_kind, SpanKind::Producer);
     assert_eq!(process.span_kind, SpanKind::Consumer);
-    assert_eq!(process.parent_span_id, send.span_context.span_id(), "process is the send span's child");
-    assert!(process.links.links.iter().any(|link| link.span_context.span_id() == send.span_context.span_id()));
-    assert_eq!(traceparent, format!("00-{trace}-{}-01", send.span_context.span_id()));
+    assert_eq!(
+        process.parent_span_id,
+        send.span_context.span_id(),
+        "process is the send span's child"
+    );
+    assert!(
+        process
+            .links
+            .links
+            .iter()
+            .any(|link| link.span_context.span_id() == send.span_context.span_id())
+    );
+    assert_eq!(
+        traceparent,
+        format!("00-{trace}-{}-01", send.span_context.span_id())
+    );
     for span in [send, process] {
-        assert_eq!(attribute(span, "messaging.system"), Some(&Value::from(system.to_owned())));
-        assert_eq!(attribute(span, "messaging.destination.name"), Some(&Value::from(topic.clone())));
+        assert_eq!(
+            attribute(span, "messaging.system"),
+            Some(&Value::from(system.to_owned()))
+        );
+        assert_eq!(
+            attribute(span, "messaging.destination.name"),
+            Some(&Value::from(topic.clone()))
+        );
         assert_eq!(
             attribute(span, "messaging.destination.partition.id"),
             Some(&Value::from(ack.partition.to_string()))
@@ -121,12 +164,24 @@ fn one_trace_from_publish_to_delivery(url: &str, label: &str, system: &str) {
         let offset = i64::try_from(ack.offset).unwrap();
         assert_eq!(attribute(span, "bus.offset"), Some(&Value::I64(offset)));
         if system == "kafka" {
-            assert_eq!(attribute(span, "messaging.kafka.offset"), Some(&Value::I64(offset)));
+            assert_eq!(
+                attribute(span, "messaging.kafka.offset"),
+                Some(&Value::I64(offset))
+            );
         }
     }
-    assert_eq!(attribute(send, "messaging.message.id"), Some(&Value::from("evt-1")));
-    assert_eq!(attribute(send, "messaging.operation.type"), Some(&Value::from("send")));
-    assert_eq!(attribute(process, "messaging.operation.type"), Some(&Value::from("process")));
+    assert_eq!(
+        attribute(send, "messaging.message.id"),
+        Some(&Value::from("evt-1"))
+    );
+    assert_eq!(
+        attribute(send, "messaging.operation.type"),
+        Some(&Value::from("send"))
+    );
+    assert_eq!(
+        attribute(process, "messaging.operation.type"),
+        Some(&Value::from("process"))
+    );
     println!(
         "otel {label}: trace {trace}: send {} -> process {} (parent {})",
         send.span_context.span_id(),
@@ -144,7 +199,11 @@ fn memory_one_trace_from_publish_to_delivery() {
 #[test]
 fn embedded_one_trace_from_publish_to_delivery() {
     let dir = tempfile::tempdir().unwrap();
-    one_trace_from_publish_to_delivery(&format!("file://{}", dir.path().display()), "embedded", "embedded");
+    one_trace_from_publish_to_delivery(
+        &format!("file://{}", dir.path().display()),
+        "embedded",
+        "embedded",
+    );
 }
 
 /// The broker's URL, or `None` after a loud skip (a failure when brokers
@@ -154,7 +213,10 @@ fn broker(found: Result<String, bus_conformance::Unavailable>, test: &str) -> Op
     match found {
         Ok(url) => Some(url),
         Err(why) => {
-            assert!(!bus_conformance::brokers_required(), "BUS_REQUIRE_BROKERS=1 but {why}");
+            assert!(
+                !bus_conformance::brokers_required(),
+                "BUS_REQUIRE_BROKERS=1 but {why}"
+            );
             bus_conformance::loud(&format!("SKIPPED {test}: {why}"));
             None
         }
@@ -164,7 +226,10 @@ fn broker(found: Result<String, bus_conformance::Unavailable>, test: &str) -> Op
 #[cfg(feature = "nats")]
 #[test]
 fn nats_one_trace_from_publish_to_delivery() {
-    if let Some(url) = broker(bus_conformance::brokers::nats_url(), "nats_one_trace_from_publish_to_delivery") {
+    if let Some(url) = broker(
+        bus_conformance::brokers::nats_url(),
+        "nats_one_trace_from_publish_to_delivery",
+    ) {
         one_trace_from_publish_to_delivery(&url, "nats", "nats");
     }
 }
@@ -172,7 +237,10 @@ fn nats_one_trace_from_publish_to_delivery() {
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_one_trace_from_publish_to_delivery() {
-    if let Some(brokers) = broker(bus_conformance::brokers::kafka_brokers(), "kafka_one_trace_from_publish_to_delivery") {
+    if let Some(brokers) = broker(
+        bus_conformance::brokers::kafka_brokers(),
+        "kafka_one_trace_from_publish_to_delivery",
+    ) {
         one_trace_from_publish_to_delivery(&format!("kafka://{brokers}"), "kafka", "kafka");
     }
 }
@@ -180,7 +248,10 @@ fn kafka_one_trace_from_publish_to_delivery() {
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_one_trace_from_publish_to_delivery() {
-    if let Some(url) = broker(bus_conformance::brokers::postgres_url(), "postgres_one_trace_from_publish_to_delivery") {
+    if let Some(url) = broker(
+        bus_conformance::brokers::postgres_url(),
+        "postgres_one_trace_from_publish_to_delivery",
+    ) {
         one_trace_from_publish_to_delivery(&url, "postgres", "postgresql");
     }
 }
@@ -193,21 +264,33 @@ fn a_malformed_traceparent_from_another_producer_is_ignored_with_a_warning() {
     exporter();
     let topic = topic("malformed");
     let bus = bus::Traced::new(bus::memory::MemoryBus::new());
-    bus.provision(&Manifest::new([TopicSpec::new(topic.as_str(), 1)])).unwrap();
+    bus.provision(&Manifest::new([TopicSpec::new(topic.as_str(), 1)]))
+        .unwrap();
     let bad = Headers::try_from_pairs([(TRACEPARENT, "00-not-a-trace-context-01")]).unwrap();
     // Another producer: the bare bus writes what it is given.
     bus.inner()
         .publish_with_headers(&topic, "k", &serde_json::json!({"n": 1}), None, &bad)
         .unwrap();
     let mut subscription = bus
-        .subscribe(&topic, Selector::Topic, StartAt::Beginning, SubscribeOptions::default())
+        .subscribe(
+            &topic,
+            Selector::Topic,
+            StartAt::Beginning,
+            SubscribeOptions::default(),
+        )
         .unwrap();
     let logs = captured(|| {
         let item = next_record(&mut subscription);
         assert_eq!(item.headers(), Some(&bad), "delivered as stored");
     });
-    assert!(logs.contains("WARN") && logs.contains("not a W3C trace context"), "{logs}");
-    let delivery = subscription.delivery_context().expect("a delivery span").clone();
+    assert!(
+        logs.contains("WARN") && logs.contains("not a W3C trace context"),
+        "{logs}"
+    );
+    let delivery = subscription
+        .delivery_context()
+        .expect("a delivery span")
+        .clone();
     let trace = delivery.span().span_context().trace_id();
     drop(subscription);
     let spans = spans_of(trace, 1);
@@ -222,7 +305,11 @@ fn a_malformed_traceparent_from_another_producer_is_ignored_with_a_warning() {
 fn the_callers_traceparent_is_kept_and_a_bad_one_refused() {
     exporter();
     let topic = topic("caller");
-    let bus = bus::open("memory://", &Manifest::new([TopicSpec::new(topic.as_str(), 1)])).unwrap();
+    let bus = bus::open(
+        "memory://",
+        &Manifest::new([TopicSpec::new(topic.as_str(), 1)]),
+    )
+    .unwrap();
     let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let headers = Headers::try_from_pairs([(TRACEPARENT, own)]).unwrap();
     let root = global::tracer("otel-test").start("caller");
@@ -243,12 +330,25 @@ fn the_callers_traceparent_is_kept_and_a_bad_one_refused() {
         matches!(&refused, bus::BusError::InvalidArgument { field, .. } if field == "headers.traceparent"),
         "{refused:?}"
     );
-    assert_eq!(bus.fetch(&topic, 0, 0, 10).unwrap().len(), 1, "nothing stored");
+    assert_eq!(
+        bus.fetch(&topic, 0, 0, 10).unwrap().len(),
+        1,
+        "nothing stored"
+    );
     cx.span().end();
     let trace = cx.span().span_context().trace_id();
     let spans = spans_of(trace, 2);
-    let send = spans.iter().find(|span| span.name == format!("send {topic}")).unwrap();
-    assert!(send.links.links.iter().any(|link| format!("{}", link.span_context.trace_id()) == "0af7651916cd43dd8448eb211c80319c"));
+    let send = spans
+        .iter()
+        .find(|span| span.name == format!("send {topic}"))
+        .unwrap();
+    assert!(
+        send.links
+            .links
+            .iter()
+            .any(|link| format!("{}", link.span_context.trace_id())
+                == "0af7651916cd43dd8448eb211c80319c")
+    );
 }
 
 /// Durable consumer deliveries get the same span: a child of the record's
@@ -258,25 +358,44 @@ fn a_consumer_delivery_continues_the_trace() {
     use bus::consumer::{ConsumeOptions, DurableConsumers as _};
     exporter();
     let topic = topic("consumer");
-    let bus = bus::open_consumers("memory://", &Manifest::new([TopicSpec::new(topic.as_str(), 1)])).unwrap();
+    let bus = bus::open_consumers(
+        "memory://",
+        &Manifest::new([TopicSpec::new(topic.as_str(), 1)]),
+    )
+    .unwrap();
     let root = global::tracer("otel-test").start("producer");
     let cx = Context::current_with_span(root);
     let trace = cx.span().span_context().trace_id();
     {
         let _attached = cx.clone().attach();
-        bus.publish(&topic, "k", &serde_json::json!({"n": 1})).unwrap();
+        bus.publish(&topic, "k", &serde_json::json!({"n": 1}))
+            .unwrap();
     }
     cx.span().end();
     let mut consumer = bus
-        .consume(&topic, "worker", Selector::Topic, StartAt::Beginning, ConsumeOptions::default())
+        .consume(
+            &topic,
+            "worker",
+            Selector::Topic,
+            StartAt::Beginning,
+            ConsumeOptions::default(),
+        )
         .unwrap();
-    let delivery = consumer.recv_timeout(Duration::from_secs(10)).unwrap().expect("a delivery");
-    let context = consumer.delivery_context().expect("a delivery span").clone();
+    let delivery = consumer
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("a delivery");
+    let context = consumer
+        .delivery_context()
+        .expect("a delivery span")
+        .clone();
     assert_eq!(context.span().span_context().trace_id(), trace);
     consumer.ack(&delivery).unwrap();
     drop(consumer);
     let spans = spans_of(trace, 3);
-    assert!(spans.iter().any(|span| span.name == format!("process {topic}") && span.span_kind == SpanKind::Consumer));
+    assert!(spans.iter().any(
+        |span| span.name == format!("process {topic}") && span.span_kind == SpanKind::Consumer
+    ));
 }
 
 /// The async surface writes the context of the call's current span and
@@ -287,11 +406,17 @@ fn the_async_surface_carries_the_trace() {
     use futures::StreamExt as _;
     exporter();
     let topic = topic("async");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
-        let bus = bus::open_async("memory://", &Manifest::new([TopicSpec::new(topic.as_str(), 1)]))
-            .await
-            .unwrap();
+        let bus = bus::open_async(
+            "memory://",
+            &Manifest::new([TopicSpec::new(topic.as_str(), 1)]),
+        )
+        .await
+        .unwrap();
         let root = global::tracer("otel-test").start("async producer");
         let cx = Context::current_with_span(root);
         let trace = cx.span().span_context().trace_id();
@@ -302,7 +427,12 @@ fn the_async_surface_carries_the_trace() {
         publish.await.unwrap();
         cx.span().end();
         let mut stream = bus
-            .subscribe(&topic, Selector::Topic, StartAt::Beginning, SubscribeOptions::default())
+            .subscribe(
+                &topic,
+                Selector::Topic,
+                StartAt::Beginning,
+                SubscribeOptions::default(),
+            )
             .await
             .unwrap();
         let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
@@ -315,7 +445,11 @@ fn the_async_surface_carries_the_trace() {
         assert_eq!(context.span().span_context().trace_id(), trace);
         drop(stream);
         let spans = spans_of(trace, 3);
-        assert!(spans.iter().any(|span| span.name == format!("process {topic}")));
+        assert!(
+            spans
+                .iter()
+                .any(|span| span.name == format!("process {topic}"))
+        );
     });
 }
 

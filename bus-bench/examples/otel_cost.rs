@@ -42,7 +42,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     run("off", &manifest, memory_records, sync_records, &|| ())?;
     #[cfg(feature = "otel")]
     {
-        run("no-provider", &manifest, memory_records, sync_records, &|| ())?;
+        run(
+            "no-provider",
+            &manifest,
+            memory_records,
+            sync_records,
+            &|| (),
+        )?;
         let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
         let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
             .with_simple_exporter(exporter.clone())

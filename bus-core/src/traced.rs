@@ -459,7 +459,9 @@ mod asynchronous {
                             .publish_with_headers(topic, key, value, uid, headers)
                             .await
                     }
-                    (None, Some(uid)) => self.inner.publish_idempotent(topic, key, value, uid).await,
+                    (None, Some(uid)) => {
+                        self.inner.publish_idempotent(topic, key, value, uid).await
+                    }
                     (None, None) => self.inner.publish(topic, key, value).await,
                 };
                 sending.finish(uid, value, &acked);
@@ -479,7 +481,10 @@ mod asynchronous {
             value: &'a serde_json::Value,
         ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
             let span = op_span!(self, publish, topic);
-            Box::pin(self.send_async(topic, key, value, None, None).instrument(span))
+            Box::pin(
+                self.send_async(topic, key, value, None, None)
+                    .instrument(span),
+            )
         }
 
         fn publish_idempotent<'a>(

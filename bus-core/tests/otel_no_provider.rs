@@ -3,29 +3,41 @@
 //! context the caller attached still travels (propagation without
 //! recording, as the OpenTelemetry API's no-op tracer does).
 
+use bus_core::memory::MemoryBus;
 use bus_core::otel::{TRACEPARENT, creation_context};
 use bus_core::{EventBus, Manifest, Selector, StartAt, SubscribeOptions, TopicSpec, Traced};
-use bus_core::memory::MemoryBus;
 use opentelemetry::Context;
-use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+};
 
 fn bus() -> Traced<MemoryBus> {
     let bus = Traced::new(MemoryBus::new());
-    bus.provision(&Manifest::new([TopicSpec::new("audit", 1)])).unwrap();
+    bus.provision(&Manifest::new([TopicSpec::new("audit", 1)]))
+        .unwrap();
     bus
 }
 
 #[test]
 fn without_a_context_nothing_is_written() {
     let bus = bus();
-    bus.publish("audit", "k", &serde_json::json!({"n": 1})).unwrap();
+    bus.publish("audit", "k", &serde_json::json!({"n": 1}))
+        .unwrap();
     let stored = bus.fetch_with_headers("audit", 0, 0, 10).unwrap();
     assert!(stored[0].headers.is_empty(), "{:?}", stored[0].headers);
     let mut subscription = bus
-        .subscribe("audit", Selector::Topic, StartAt::Beginning, SubscribeOptions::default())
+        .subscribe(
+            "audit",
+            Selector::Topic,
+            StartAt::Beginning,
+            SubscribeOptions::default(),
+        )
         .unwrap();
     assert!(subscription.try_recv().unwrap().is_some());
-    assert!(subscription.delivery_context().is_none(), "nothing records, nothing to carry");
+    assert!(
+        subscription.delivery_context().is_none(),
+        "nothing records, nothing to carry"
+    );
 }
 
 #[test]
@@ -39,8 +51,11 @@ fn an_attached_context_travels_without_a_provider() {
         TraceState::NONE,
     );
     {
-        let _attached = Context::new().with_remote_span_context(remote.clone()).attach();
-        bus.publish("audit", "k", &serde_json::json!({"n": 1})).unwrap();
+        let _attached = Context::new()
+            .with_remote_span_context(remote.clone())
+            .attach();
+        bus.publish("audit", "k", &serde_json::json!({"n": 1}))
+            .unwrap();
     }
     let stored = bus.fetch_with_headers("audit", 0, 0, 10).unwrap();
     assert_eq!(
@@ -49,9 +64,16 @@ fn an_attached_context_travels_without_a_provider() {
     );
     assert_eq!(creation_context(&stored[0].headers), Some(remote.clone()));
     let mut subscription = bus
-        .subscribe("audit", Selector::Topic, StartAt::Beginning, SubscribeOptions::default())
+        .subscribe(
+            "audit",
+            Selector::Topic,
+            StartAt::Beginning,
+            SubscribeOptions::default(),
+        )
         .unwrap();
     assert!(subscription.try_recv().unwrap().is_some());
-    let delivery = subscription.delivery_context().expect("the record's context");
+    let delivery = subscription
+        .delivery_context()
+        .expect("the record's context");
     assert_eq!(delivery.span().span_context().trace_id(), remote.trace_id());
 }

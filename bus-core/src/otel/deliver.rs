@@ -41,10 +41,16 @@ impl Deliveries {
         }
         if span.is_recording() {
             span.update_name(format!("process {topic}"));
-            span.set_attribute(KeyValue::new("messaging.destination.name", topic.to_owned()));
+            span.set_attribute(KeyValue::new(
+                "messaging.destination.name",
+                topic.to_owned(),
+            ));
             span.set_attributes(place(self.system, event.partition, event.offset));
             if self.system == "kafka" {
-                span.set_attribute(KeyValue::new("messaging.kafka.message.key", event.key.clone()));
+                span.set_attribute(KeyValue::new(
+                    "messaging.kafka.message.key",
+                    event.key.clone(),
+                ));
             }
             if let Some(uid) = crate::embedded_uid(&event.value) {
                 span.set_attribute(KeyValue::new("messaging.message.id", uid.to_owned()));

@@ -35,7 +35,10 @@ impl Sending {
         let recording = span.is_recording();
         if recording {
             span.update_name(format!("send {topic}"));
-            span.set_attribute(KeyValue::new("messaging.destination.name", topic.to_owned()));
+            span.set_attribute(KeyValue::new(
+                "messaging.destination.name",
+                topic.to_owned(),
+            ));
         }
         let mut sending = Self {
             span,
@@ -102,7 +105,8 @@ impl Sending {
         if self.span.is_recording() {
             match result {
                 Ok(ack) => {
-                    self.span.set_attributes(place(self.system, ack.partition, ack.offset));
+                    self.span
+                        .set_attributes(place(self.system, ack.partition, ack.offset));
                     if let Some(uid) = uid.or_else(|| crate::embedded_uid(value)) {
                         self.span
                             .set_attribute(KeyValue::new("messaging.message.id", uid.to_owned()));

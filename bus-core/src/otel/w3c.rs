@@ -46,7 +46,8 @@ pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Result<SpanContext,
     if bytes.len() < 55 {
         return Err(Malformed("shorter than the 55 characters of version 00"));
     }
-    let version = hex_field(&traceparent[0..2]).ok_or(Malformed("version is not 2 lowercase hex digits"))?;
+    let version =
+        hex_field(&traceparent[0..2]).ok_or(Malformed("version is not 2 lowercase hex digits"))?;
     if version == "ff" {
         return Err(Malformed("version ff is invalid"));
     }
@@ -56,9 +57,12 @@ pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Result<SpanContext,
     if bytes[2] != b'-' || bytes[35] != b'-' || bytes[52] != b'-' {
         return Err(Malformed("fields are not separated by '-'"));
     }
-    let trace_id = hex_field(&traceparent[3..35]).ok_or(Malformed("trace-id is not 32 lowercase hex digits"))?;
-    let span_id = hex_field(&traceparent[36..52]).ok_or(Malformed("parent-id is not 16 lowercase hex digits"))?;
-    let flags = hex_field(&traceparent[53..55]).ok_or(Malformed("trace-flags are not 2 lowercase hex digits"))?;
+    let trace_id = hex_field(&traceparent[3..35])
+        .ok_or(Malformed("trace-id is not 32 lowercase hex digits"))?;
+    let span_id = hex_field(&traceparent[36..52])
+        .ok_or(Malformed("parent-id is not 16 lowercase hex digits"))?;
+    let flags = hex_field(&traceparent[53..55])
+        .ok_or(Malformed("trace-flags are not 2 lowercase hex digits"))?;
     let trace_id = TraceId::from_hex(trace_id).map_err(|_| Malformed("trace-id is not hex"))?;
     let span_id = SpanId::from_hex(span_id).map_err(|_| Malformed("parent-id is not hex"))?;
     let flags = u8::from_str_radix(flags, 16).map_err(|_| Malformed("trace-flags are not hex"))?;
@@ -83,8 +87,11 @@ pub fn parse(traceparent: &str, tracestate: Option<&str>) -> Result<SpanContext,
 /// `field` when it is all lowercase hex digits (the recommendation refuses
 /// upper case) and not empty.
 fn hex_field(field: &str) -> Option<&str> {
-    (!field.is_empty() && field.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        .then_some(field)
+    (!field.is_empty()
+        && field
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then_some(field)
 }
 
 #[cfg(test)]

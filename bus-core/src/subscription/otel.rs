@@ -35,8 +35,14 @@ impl Subscription {
             deliveries.end();
         }
         let item = self.next_item(deadline);
-        if let (Some(deliveries), Some(Ok(SubscriptionItem::Record { topic, event, headers }))) =
-            (&mut self.deliveries, &item)
+        if let (
+            Some(deliveries),
+            Some(Ok(SubscriptionItem::Record {
+                topic,
+                event,
+                headers,
+            })),
+        ) = (&mut self.deliveries, &item)
         {
             deliveries.begin(topic, event, headers);
         }

@@ -96,8 +96,14 @@ impl Stream for SubscriptionStream {
             self.asked = false;
         }
         #[cfg(feature = "otel")]
-        if let (Some(deliveries), Poll::Ready(Some(Ok(SubscriptionItem::Record { topic, event, headers })))) =
-            (&mut self.deliveries, &polled)
+        if let (
+            Some(deliveries),
+            Poll::Ready(Some(Ok(SubscriptionItem::Record {
+                topic,
+                event,
+                headers,
+            }))),
+        ) = (&mut self.deliveries, &polled)
         {
             deliveries.begin(topic, event, headers);
         }
