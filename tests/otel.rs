@@ -420,9 +420,10 @@ fn the_async_surface_carries_the_trace() {
         let root = global::tracer("otel-test").start("async producer");
         let cx = Context::current_with_span(root);
         let trace = cx.span().span_context().trace_id();
+        let value = serde_json::json!({"n": 1});
         let publish = {
             let _attached = cx.clone().attach();
-            bus.publish(&topic, "k", &serde_json::json!({"n": 1}))
+            bus.publish(&topic, "k", &value)
         };
         publish.await.unwrap();
         cx.span().end();
