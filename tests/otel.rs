@@ -3,6 +3,8 @@
 //! in-memory exporter. Each test owns its topic and finds its spans by its
 //! own trace id, so they share the process's one global provider.
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,8 @@
 //! context the caller attached still travels (propagation without
 //! recording, as the OpenTelemetry API's no-op tracer does).
 
+#![allow(clippy::unwrap_used)]
+
 use bus_core::memory::MemoryBus;
 use bus_core::otel::{TRACEPARENT, creation_context};
 use bus_core::{EventBus, Manifest, Selector, StartAt, SubscribeOptions, TopicSpec, Traced};
