@@ -2,6 +2,9 @@
 
 // The user API of bus-core, named one by one: what a backend author needs
 // besides (`bus_core::backend`, the backend kit) is not the user's.
+/// W3C trace context and OpenTelemetry messaging spans (feature `otel`).
+#[cfg(feature = "otel")]
+pub use bus_core::otel;
 pub use bus_core::{
     AckDurability, BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, Compression,
     DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus, EventBusExt,

@@ -16,6 +16,8 @@ mod headers;
 mod manifest;
 pub mod memory;
 mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod partition;
 mod percent;
 mod prepare;

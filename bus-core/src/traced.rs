@@ -67,24 +67,43 @@ use crate::{
 pub struct Traced<B> {
     inner: B,
     backend: &'static str,
+    /// `messaging.system` of the OpenTelemetry spans (feature `otel`).
+    #[cfg(feature = "otel")]
+    system: &'static str,
+    /// Whether the wrapped bus stores headers, so a publish may carry the
+    /// trace context (feature `otel`).
+    #[cfg(feature = "otel")]
+    keeps_headers: bool,
 }
 
 impl<B: EventBus> Traced<B> {
     /// Wraps `bus`; its spans name the backend [`Capabilities::backend`]
     /// reports (asked once, here).
     pub fn new(bus: B) -> Self {
-        let backend = bus.capabilities().backend;
-        Self::named(bus, backend)
+        let capabilities = bus.capabilities();
+        #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+        let mut traced = Self::named(bus, capabilities.backend);
+        #[cfg(feature = "otel")]
+        {
+            traced.keeps_headers = capabilities.headers;
+        }
+        traced
     }
 }
 
 impl<B> Traced<B> {
     /// Wraps `bus` with `backend` as the spans' `backend` field: for a type
     /// that implements only the async surface, which has no `capabilities`.
+    /// With the feature `otel`, such a bus is not known to keep headers, so
+    /// its publishes carry no trace context (its spans are recorded).
     pub fn named(bus: B, backend: &'static str) -> Self {
         Self {
             inner: bus,
             backend,
+            #[cfg(feature = "otel")]
+            system: crate::otel::messaging_system(backend),
+            #[cfg(feature = "otel")]
+            keeps_headers: false,
         }
     }
 
@@ -164,8 +183,13 @@ impl<B: DurableConsumers> DurableConsumers for Traced<B> {
         options: ConsumeOptions,
     ) -> Result<Consumer, BusError> {
         op_span!(self, consume, topic, name).in_scope(|| {
-            self.inner
-                .consume(topic, name, selector, start_if_new, options)
+            #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+            let mut consumer = self
+                .inner
+                .consume(topic, name, selector, start_if_new, options)?;
+            #[cfg(feature = "otel")]
+            consumer.trace_deliveries(self.system);
+            Ok(consumer)
         })
     }
 
@@ -184,6 +208,56 @@ impl<B: DurableConsumers> DurableConsumers for Traced<B> {
     }
 }
 
+impl<B: EventBus> Traced<B> {
+    /// One publish, by the call the caller made (`headers` for
+    /// `publish_with_headers`, `uid` for the idempotent ones).
+    #[cfg(not(feature = "otel"))]
+    fn send(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+        headers: Option<&Headers>,
+    ) -> Result<PublishAck, BusError> {
+        match (headers, uid) {
+            (Some(headers), _) => self
+                .inner
+                .publish_with_headers(topic, key, value, uid, headers),
+            (None, Some(uid)) => self.inner.publish_idempotent(topic, key, value, uid),
+            (None, None) => self.inner.publish(topic, key, value),
+        }
+    }
+
+    /// One publish in its `send` span, with the trace context added to
+    /// the headers where the bus keeps them (see [`crate::otel`]).
+    #[cfg(feature = "otel")]
+    fn send(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &serde_json::Value,
+        uid: Option<&str>,
+        headers: Option<&Headers>,
+    ) -> Result<PublishAck, BusError> {
+        let sending = crate::otel::Sending::start(
+            self.system,
+            topic,
+            headers.unwrap_or(&crate::otel::NO_HEADERS),
+            self.keeps_headers,
+        )?;
+        let acked = match (sending.headers().or(headers), uid) {
+            (Some(headers), _) => self
+                .inner
+                .publish_with_headers(topic, key, value, uid, headers),
+            (None, Some(uid)) => self.inner.publish_idempotent(topic, key, value, uid),
+            (None, None) => self.inner.publish(topic, key, value),
+        };
+        sending.finish(uid, value, &acked);
+        acked
+    }
+}
+
 impl<B: EventBus> EventBus for Traced<B> {
     fn set_control_key(&self, key: [u8; 32]) -> Result<(), BusError> {
         self.inner.set_control_key(key)
@@ -195,7 +269,7 @@ impl<B: EventBus> EventBus for Traced<B> {
         key: &str,
         value: &serde_json::Value,
     ) -> Result<PublishAck, BusError> {
-        op_span!(self, publish, topic).in_scope(|| self.inner.publish(topic, key, value))
+        op_span!(self, publish, topic).in_scope(|| self.send(topic, key, value, None, None))
     }
 
     fn publish_idempotent(
@@ -206,7 +280,7 @@ impl<B: EventBus> EventBus for Traced<B> {
         event_uid: &str,
     ) -> Result<PublishAck, BusError> {
         op_span!(self, publish_idempotent, topic, event_uid)
-            .in_scope(|| self.inner.publish_idempotent(topic, key, value, event_uid))
+            .in_scope(|| self.send(topic, key, value, Some(event_uid), None))
     }
 
     fn find_event_by_uid(
@@ -226,8 +300,14 @@ impl<B: EventBus> EventBus for Traced<B> {
         offset: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, BusError> {
-        op_span!(self, fetch, topic, partition, offset, max)
-            .in_scope(|| self.inner.fetch(topic, partition, offset, max))
+        op_span!(self, fetch, topic, partition, offset, max).in_scope(|| {
+            #[cfg(feature = "otel")]
+            let receiving = crate::otel::Receiving::start(self.system, topic, partition);
+            let fetched = self.inner.fetch(topic, partition, offset, max);
+            #[cfg(feature = "otel")]
+            receiving.finish_events(&fetched);
+            fetched
+        })
     }
 
     /// In the `bus.publish` span: headers are a publish's argument, not
@@ -240,10 +320,8 @@ impl<B: EventBus> EventBus for Traced<B> {
         event_uid: Option<&str>,
         headers: &Headers,
     ) -> Result<PublishAck, BusError> {
-        op_span!(self, publish, topic).in_scope(|| {
-            self.inner
-                .publish_with_headers(topic, key, value, event_uid, headers)
-        })
+        op_span!(self, publish, topic)
+            .in_scope(|| self.send(topic, key, value, event_uid, Some(headers)))
     }
 
     /// In the `bus.fetch` span.
@@ -254,8 +332,14 @@ impl<B: EventBus> EventBus for Traced<B> {
         offset: u64,
         max: usize,
     ) -> Result<Vec<StoredRecord>, BusError> {
-        op_span!(self, fetch, topic, partition, offset, max)
-            .in_scope(|| self.inner.fetch_with_headers(topic, partition, offset, max))
+        op_span!(self, fetch, topic, partition, offset, max).in_scope(|| {
+            #[cfg(feature = "otel")]
+            let receiving = crate::otel::Receiving::start(self.system, topic, partition);
+            let fetched = self.inner.fetch_with_headers(topic, partition, offset, max);
+            #[cfg(feature = "otel")]
+            receiving.finish_records(&fetched);
+            fetched
+        })
     }
 
     fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
@@ -295,8 +379,14 @@ impl<B: EventBus> EventBus for Traced<B> {
         topic: &str,
         records: &[BatchRecord],
     ) -> Result<Vec<PublishAck>, BusError> {
-        op_span!(self, publish_batch, topic, records.len())
-            .in_scope(|| self.inner.publish_batch(topic, records))
+        op_span!(self, publish_batch, topic, records.len()).in_scope(|| {
+            #[cfg(feature = "otel")]
+            let sending = crate::otel::Sending::batch(self.system, topic, records.len());
+            let acks = self.inner.publish_batch(topic, records);
+            #[cfg(feature = "otel")]
+            sending.finish_batch(&acks);
+            acks
+        })
     }
 
     /// In the `bus.publish_batch` span, as [`EventBus::publish_with_headers`]
@@ -317,8 +407,13 @@ impl<B: EventBus> EventBus for Traced<B> {
         start: StartAt,
         options: SubscribeOptions,
     ) -> Result<Subscription, BusError> {
-        op_span!(self, subscribe, topic)
-            .in_scope(|| self.inner.subscribe(topic, selector, start, options))
+        op_span!(self, subscribe, topic).in_scope(|| {
+            #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+            let mut subscription = self.inner.subscribe(topic, selector, start, options)?;
+            #[cfg(feature = "otel")]
+            subscription.trace_deliveries(self.system);
+            Ok(subscription)
+        })
     }
 }
 
@@ -333,6 +428,63 @@ mod asynchronous {
         PartitionOffsets, PublishAck, StoredEvent, StoredRecord, TopicSpec,
     };
 
+    impl<B: AsyncEventBus> Traced<B> {
+        /// [`Traced::send`] for the async surface: the inner call's future.
+        #[cfg(not(feature = "otel"))]
+        fn send_async<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            value: &'a serde_json::Value,
+            uid: Option<&'a str>,
+            headers: Option<&'a Headers>,
+        ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+            match (headers, uid) {
+                (Some(headers), _) => self
+                    .inner
+                    .publish_with_headers(topic, key, value, uid, headers),
+                (None, Some(uid)) => self.inner.publish_idempotent(topic, key, value, uid),
+                (None, None) => self.inner.publish(topic, key, value),
+            }
+        }
+
+        /// [`Traced::send`] for the async surface. The span starts (and the
+        /// current context is read) when the call is made, not when the
+        /// future is first polled.
+        #[cfg(feature = "otel")]
+        fn send_async<'a>(
+            &'a self,
+            topic: &'a str,
+            key: &'a str,
+            value: &'a serde_json::Value,
+            uid: Option<&'a str>,
+            headers: Option<&'a Headers>,
+        ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
+            let sending = crate::otel::Sending::start(
+                self.system,
+                topic,
+                headers.unwrap_or(&crate::otel::NO_HEADERS),
+                self.keeps_headers,
+            );
+            Box::pin(async move {
+                let sending = sending?;
+                let acked = match (sending.headers().or(headers), uid) {
+                    (Some(headers), _) => {
+                        self.inner
+                            .publish_with_headers(topic, key, value, uid, headers)
+                            .await
+                    }
+                    (None, Some(uid)) => {
+                        self.inner.publish_idempotent(topic, key, value, uid).await
+                    }
+                    (None, None) => self.inner.publish(topic, key, value).await,
+                };
+                sending.finish(uid, value, &acked);
+                acked
+            })
+        }
+    }
+
     /// Each future runs in the span the sync surface opens for the same
     /// operation (entered on every poll, closed when the future is done or
     /// dropped).
@@ -344,7 +496,10 @@ mod asynchronous {
             value: &'a serde_json::Value,
         ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
             let span = op_span!(self, publish, topic);
-            Box::pin(self.inner.publish(topic, key, value).instrument(span))
+            Box::pin(
+                self.send_async(topic, key, value, None, None)
+                    .instrument(span),
+            )
         }
 
         fn publish_idempotent<'a>(
@@ -356,8 +511,7 @@ mod asynchronous {
         ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
             let span = op_span!(self, publish_idempotent, topic, event_uid);
             Box::pin(
-                self.inner
-                    .publish_idempotent(topic, key, value, event_uid)
+                self.send_async(topic, key, value, Some(event_uid), None)
                     .instrument(span),
             )
         }
@@ -368,6 +522,20 @@ mod asynchronous {
             records: &'a [BatchRecord],
         ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
             let span = op_span!(self, publish_batch, topic, records.len());
+            #[cfg(feature = "otel")]
+            {
+                let sending = crate::otel::Sending::batch(self.system, topic, records.len());
+                let batch = self.inner.publish_batch(topic, records);
+                Box::pin(
+                    async move {
+                        let acks = batch.await;
+                        sending.finish_batch(&acks);
+                        acks
+                    }
+                    .instrument(span),
+                )
+            }
+            #[cfg(not(feature = "otel"))]
             Box::pin(self.inner.publish_batch(topic, records).instrument(span))
         }
 
@@ -392,6 +560,20 @@ mod asynchronous {
             max: usize,
         ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
             let span = op_span!(self, fetch, topic, partition, offset, max);
+            #[cfg(feature = "otel")]
+            {
+                let receiving = crate::otel::Receiving::start(self.system, topic, partition);
+                let fetch = self.inner.fetch(topic, partition, offset, max);
+                Box::pin(
+                    async move {
+                        let fetched = fetch.await;
+                        receiving.finish_events(&fetched);
+                        fetched
+                    }
+                    .instrument(span),
+                )
+            }
+            #[cfg(not(feature = "otel"))]
             Box::pin(
                 self.inner
                     .fetch(topic, partition, offset, max)
@@ -423,8 +605,7 @@ mod asynchronous {
         ) -> BoxFuture<'a, Result<PublishAck, BusError>> {
             let span = op_span!(self, publish, topic);
             Box::pin(
-                self.inner
-                    .publish_with_headers(topic, key, value, event_uid, headers)
+                self.send_async(topic, key, value, event_uid, Some(headers))
                     .instrument(span),
             )
         }
@@ -437,6 +618,20 @@ mod asynchronous {
             max: usize,
         ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
             let span = op_span!(self, fetch, topic, partition, offset, max);
+            #[cfg(feature = "otel")]
+            {
+                let receiving = crate::otel::Receiving::start(self.system, topic, partition);
+                let fetch = self.inner.fetch_with_headers(topic, partition, offset, max);
+                Box::pin(
+                    async move {
+                        let fetched = fetch.await;
+                        receiving.finish_records(&fetched);
+                        fetched
+                    }
+                    .instrument(span),
+                )
+            }
+            #[cfg(not(feature = "otel"))]
             Box::pin(
                 self.inner
                     .fetch_with_headers(topic, partition, offset, max)
@@ -487,6 +682,20 @@ mod asynchronous {
             options: SubscribeOptions,
         ) -> BoxFuture<'a, Result<SubscriptionStream, BusError>> {
             let span = op_span!(self, subscribe, topic);
+            #[cfg(feature = "otel")]
+            {
+                let subscribe = self.inner.subscribe(topic, selector, start, options);
+                let system = self.system;
+                Box::pin(
+                    async move {
+                        let mut stream = subscribe.await?;
+                        stream.trace_deliveries(system);
+                        Ok(stream)
+                    }
+                    .instrument(span),
+                )
+            }
+            #[cfg(not(feature = "otel"))]
             Box::pin(
                 self.inner
                     .subscribe(topic, selector, start, options)

@@ -109,6 +109,9 @@ pub struct Consumer {
     oldest_pending: Option<Instant>,
     dirty: bool,
     fenced: Option<String>,
+    /// The `process` span of the delivery handed out last (feature `otel`).
+    #[cfg(feature = "otel")]
+    pub(super) deliveries: Option<crate::otel::Deliveries>,
 }
 
 impl std::fmt::Debug for Consumer {
@@ -182,6 +185,8 @@ impl Consumer {
             oldest_pending: None,
             dirty: is_new,
             fenced: None,
+            #[cfg(feature = "otel")]
+            deliveries: None,
         };
         consumer.flush()?;
         Ok(consumer)
@@ -229,6 +234,17 @@ impl Consumer {
     }
 
     fn next_until(&mut self, deadline: Option<Instant>) -> Result<Option<Delivery>, BusError> {
+        #[cfg(feature = "otel")]
+        if self.deliveries.is_some() {
+            return self.next_traced(deadline);
+        }
+        self.next_delivery(deadline)
+    }
+
+    pub(super) fn next_delivery(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Delivery>, BusError> {
         self.check_fenced()?;
         loop {
             self.flush_if_due()?;

@@ -42,6 +42,8 @@ mod asynchronous;
 mod engine;
 mod memory;
 mod options;
+#[cfg(feature = "otel")]
+mod otel;
 mod store;
 mod stream;
 

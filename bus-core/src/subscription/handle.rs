@@ -114,6 +114,10 @@ pub struct Subscription {
     pending: VecDeque<Pending>,
     feed: Box<dyn Feed>,
     bell: Arc<Doorbell>,
+    /// The `process` span of the record handed out last (feature `otel`,
+    /// set by `Traced`).
+    #[cfg(feature = "otel")]
+    pub(super) deliveries: Option<crate::otel::Deliveries>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -159,6 +163,8 @@ impl Subscription {
             pending: VecDeque::new(),
             feed,
             bell,
+            #[cfg(feature = "otel")]
+            deliveries: None,
         })
     }
 
@@ -267,6 +273,17 @@ impl Subscription {
     }
 
     fn next_until(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Option<Result<SubscriptionItem, BusError>> {
+        #[cfg(feature = "otel")]
+        if self.deliveries.is_some() {
+            return self.next_traced(deadline);
+        }
+        self.next_item(deadline)
+    }
+
+    pub(super) fn next_item(
         &mut self,
         deadline: Option<Instant>,
     ) -> Option<Result<SubscriptionItem, BusError>> {

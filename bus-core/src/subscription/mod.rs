@@ -11,6 +11,8 @@
 
 mod doorbell;
 mod handle;
+#[cfg(feature = "otel")]
+mod otel;
 mod plan;
 mod stream;
 

@@ -27,6 +27,9 @@ pub struct SubscriptionStream {
     asked: bool,
     bell: Arc<Doorbell>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The `process` span of the item handed out last (feature `otel`).
+    #[cfg(feature = "otel")]
+    pub(super) deliveries: Option<crate::otel::Deliveries>,
 }
 
 impl std::fmt::Debug for SubscriptionStream {
@@ -64,6 +67,8 @@ impl SubscriptionStream {
             asked: false,
             bell,
             thread: Some(thread),
+            #[cfg(feature = "otel")]
+            deliveries: None,
         })
     }
 }
@@ -73,6 +78,11 @@ impl Stream for SubscriptionStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if !self.asked {
+            // A new request: the task is done with the item before.
+            #[cfg(feature = "otel")]
+            if let Some(deliveries) = &mut self.deliveries {
+                deliveries.end();
+            }
             let sent = self
                 .requests
                 .as_ref()
@@ -84,6 +94,18 @@ impl Stream for SubscriptionStream {
         let polled = self.items.poll_next_unpin(cx);
         if matches!(polled, Poll::Ready(_)) {
             self.asked = false;
+        }
+        #[cfg(feature = "otel")]
+        if let (
+            Some(deliveries),
+            Poll::Ready(Some(Ok(SubscriptionItem::Record {
+                topic,
+                event,
+                headers,
+            }))),
+        ) = (&mut self.deliveries, &polled)
+        {
+            deliveries.begin(topic, event, headers);
         }
         polled
     }
