@@ -8,6 +8,9 @@ use bus_core::BusError;
 use bus_core::backend::executor::DEFAULT_TIMEOUT;
 use rdkafka::ClientConfig;
 
+/// The producers' default `linger.ms` (see [`KafkaOptions::linger`]).
+const DEFAULT_LINGER: Duration = Duration::from_millis(1);
+
 /// Default name of the topic that records the manifest of every bus topic.
 pub const DEFAULT_MANIFEST_TOPIC: &str = "__bus_manifest";
 
@@ -68,6 +71,8 @@ pub struct KafkaOptions {
     pub(crate) manifest_topic: String,
     /// `None`: three replicas when the cluster has three brokers, else one.
     pub(crate) manifest_replication: Option<u16>,
+    /// The producers' `linger.ms`.
+    pub(crate) linger: Duration,
 }
 
 impl std::fmt::Debug for KafkaOptions {
@@ -94,6 +99,7 @@ impl std::fmt::Debug for KafkaOptions {
                     .collect::<Vec<_>>(),
             )
             .field("manifest_topic", &self.manifest_topic)
+            .field("linger", &self.linger)
             .finish()
     }
 }
@@ -111,7 +117,18 @@ impl KafkaOptions {
             rdkafka: Vec::new(),
             manifest_topic: DEFAULT_MANIFEST_TOPIC.to_owned(),
             manifest_replication: None,
+            linger: DEFAULT_LINGER,
         }
+    }
+
+    /// How long the producers wait for more records before sending a
+    /// request (librdkafka's `linger.ms`, default 1 ms). Records handed over
+    /// while a request is in flight are batched whatever the setting; a
+    /// linger only delays a lone record.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
     }
 
     /// Bounds every network operation (default 10 s); librdkafka's own
