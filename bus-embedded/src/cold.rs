@@ -46,6 +46,11 @@ fn topic_dir(partition: &Partition) -> Option<&Path> {
 }
 
 /// The cold tier of the partition's topic, if it has one.
+/// Whether `partition`'s topic has a cold tier attached.
+pub(crate) fn attached(partition: &Partition) -> Result<bool, BusError> {
+    Ok(tier_of(partition)?.is_some())
+}
+
 fn tier_of(partition: &Partition) -> Result<Option<Arc<ColdTier>>, BusError> {
     let Some(dir) = topic_dir(partition) else {
         return Ok(None);

@@ -20,6 +20,7 @@ mod faults;
 mod file_layer_faults;
 mod forged_uids;
 mod limits;
+mod raw_reads;
 mod readonly_damage;
 mod recovery;
 mod retention_reads;
