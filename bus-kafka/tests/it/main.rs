@@ -13,4 +13,5 @@ mod common;
 #[cfg(feature = "async")]
 mod async_surface;
 mod no_auto_create;
+mod positioned;
 mod subscribe;
