@@ -25,9 +25,10 @@ pub struct RawKafka {
 }
 
 impl RawKafka {
-    /// A raw producer (idempotent, acks=all, like the bus) for the bus topic `topic`.
+    /// A raw producer (idempotent, acks=all, `linger.ms=0`, like the bus)
+    /// for the bus topic `topic`.
     pub fn new(brokers: &str, topic: &str) -> Result<Self, BusError> {
-        Self::with_linger(brokers, topic, 1)
+        Self::with_linger(brokers, topic, 0)
     }
 
     /// [`RawKafka::new`] with `linger.ms` set to `linger_ms`.
