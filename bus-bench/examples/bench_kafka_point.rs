@@ -89,7 +89,10 @@ fn main() {
     let manifest_topic = format!("bus-bench-manifest-{}", &id[..8]);
     let options = KafkaOptions::new([args.brokers.clone()]).manifest_topic(manifest_topic.clone());
     let bus = KafkaBus::connect_with(options.clone()).unwrap_or_else(|e| panic!("connect: {e}"));
-    let (read_topic, serial_topic) = (format!("point-{}", &id[..8]), format!("serial-{}", &id[..8]));
+    let (read_topic, serial_topic) = (
+        format!("point-{}", &id[..8]),
+        format!("serial-{}", &id[..8]),
+    );
     bus.provision(&Manifest::new([
         TopicSpec::new(read_topic.clone(), 1),
         TopicSpec::new(serial_topic.clone(), 1),
@@ -112,8 +115,11 @@ fn main() {
     // Warm-up of both (uncounted): connections, metadata, first fetch.
     for _ in 0..20 {
         let at = rng.below(n);
-        bus.fetch(&read_topic, 0, at, 1).unwrap_or_else(|e| panic!("fetch: {e}"));
-        raw_reader.read(at).unwrap_or_else(|e| panic!("raw read: {e}"));
+        bus.fetch(&read_topic, 0, at, 1)
+            .unwrap_or_else(|e| panic!("fetch: {e}"));
+        raw_reader
+            .read(at)
+            .unwrap_or_else(|e| panic!("raw read: {e}"));
     }
     for _ in 0..args.reads / 50 {
         for _ in 0..50 {
@@ -168,12 +174,8 @@ fn main() {
     let buses: Vec<KafkaBus> = lingers
         .iter()
         .map(|&ms| {
-            KafkaBus::connect_with(
-                options
-                    .clone()
-                    .linger(Duration::from_millis(u64::from(ms))),
-            )
-            .unwrap_or_else(|e| panic!("connect: {e}"))
+            KafkaBus::connect_with(options.clone().linger(Duration::from_millis(u64::from(ms))))
+                .unwrap_or_else(|e| panic!("connect: {e}"))
         })
         .collect();
     let raw: Vec<RawKafka> = lingers

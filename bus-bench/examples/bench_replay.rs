@@ -108,7 +108,9 @@ mod bulk {
             while let Some(k) = map.next_key::<String>()? {
                 out.push((k, map.next_value_seed(Seed)?));
             }
-            Ok(Value::Object(out.into_iter().collect::<Map<String, Value>>()))
+            Ok(Value::Object(
+                out.into_iter().collect::<Map<String, Value>>(),
+            ))
         }
     }
 }
@@ -252,7 +254,9 @@ mod hand {
                 && digits.iter().all(u8::is_ascii_digit)
                 && (digits[0] != b'0' || digits.len() == 1);
             if plain {
-                let n = digits.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+                let n = digits
+                    .iter()
+                    .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
                 return Some(Value::Number(if span[0] == b'-' {
                     Number::from(-(n as i64))
                 } else {
@@ -286,11 +290,15 @@ fn replay<T>(mut page: impl FnMut(u64) -> Vec<T>, offset_of: impl Fn(&T) -> u64)
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| args.iter().position(|a| a == name).map(|i| args[i + 1].clone());
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args[i + 1].clone())
+    };
     let records: u64 = flag("--records").map_or(200_000, |v| v.parse().unwrap());
     let rounds: usize = flag("--rounds").map_or(5, |v| v.parse().unwrap());
-    let tmp = tempfile::tempdir_in(flag("--dir").map_or_else(std::env::temp_dir, PathBuf::from))
-        .unwrap();
+    let tmp =
+        tempfile::tempdir_in(flag("--dir").map_or_else(std::env::temp_dir, PathBuf::from)).unwrap();
     println!("load average at start: {}", load());
     let bus = EmbeddedBus::open(tmp.path()).unwrap();
     bus.provision(&Manifest::new([TopicSpec::new("replay", 1)]))
@@ -344,10 +352,7 @@ fn main() {
             best[slot] = best[slot].max(seen as f64 / started.elapsed().as_secs_f64());
         };
         run(0, &mut || {
-            replay(
-                |o| bus.fetch("replay", 0, o, PAGE).unwrap(),
-                |e| e.offset,
-            )
+            replay(|o| bus.fetch("replay", 0, o, PAGE).unwrap(), |e| e.offset)
         });
         run(1, &mut || {
             replay(

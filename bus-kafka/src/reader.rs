@@ -175,13 +175,18 @@ impl Pool {
             });
             if !lane.idle.is_empty() || lane.out < PER_PARTITION {
                 let at = lane.idle.iter().position(|slot| slot.next == Some(from));
-                let idle = at.or(lane.idle.len().checked_sub(1)).map(|at| lane.idle.swap_remove(at));
+                let idle = at
+                    .or(lane.idle.len().checked_sub(1))
+                    .map(|at| lane.idle.swap_remove(at));
                 lane.out += 1;
                 break (idle, lane.generation, lane.high);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(crate::errors::timed_out(options, "fetch (every reader busy)"));
+                return Err(crate::errors::timed_out(
+                    options,
+                    "fetch (every reader busy)",
+                ));
             }
             state = self
                 .returned
@@ -353,7 +358,10 @@ impl Pool {
         }
         let mut lease = self.take(options, topic, partition, from, deadline)?;
         let Some(slot) = lease.slot.as_mut() else {
-            return Err(BusError::backend("kafka", "a reader lease without a reader"));
+            return Err(BusError::backend(
+                "kafka",
+                "a reader lease without a reader",
+            ));
         };
         if slot.paused {
             slot.paused = false;

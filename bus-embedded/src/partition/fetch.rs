@@ -302,7 +302,9 @@ impl Partition {
                 _ => return Err(corrupt(format!("{reason} at byte {pos}")).into()),
             }
         }
-        Ok(last.map_or(expected, |offset| offset + 1).max(snapshot.from))
+        Ok(last
+            .map_or(expected, |offset| offset + 1)
+            .max(snapshot.from))
     }
 
     /// A checked record with its headers.
@@ -314,8 +316,8 @@ impl Partition {
         auth: Option<&RecordAuth>,
     ) -> Result<StoredRecord, BusError> {
         // Parsed when the frame was decoded; `None` here would be a bug.
-        let headers = record_headers(record)
-            .ok_or_else(|| self.integrity(offset, "headers do not parse"))?;
+        let headers =
+            record_headers(record).ok_or_else(|| self.integrity(offset, "headers do not parse"))?;
         Ok(StoredRecord {
             event: self.event_only(offset, stored_at, record, auth)?,
             headers,
@@ -356,8 +358,8 @@ impl Partition {
         auth: Option<&RecordAuth>,
     ) -> Result<crate::raw::StoredBytes, BusError> {
         let key = self.checked_key(offset, record, auth)?;
-        let headers = record_headers(record)
-            .ok_or_else(|| self.integrity(offset, "headers do not parse"))?;
+        let headers =
+            record_headers(record).ok_or_else(|| self.integrity(offset, "headers do not parse"))?;
         Ok(crate::raw::StoredBytes {
             partition: self.id,
             offset,

@@ -73,5 +73,8 @@ fn a_forged_record_ends_a_raw_read_as_it_ends_a_fetch() {
             "{fetched:?}"
         );
     }
-    assert_eq!(bus.fetch_raw(TOPIC, 0, 2, 10).unwrap()[0].value, br#"{"n":2}"#);
+    assert_eq!(
+        bus.fetch_raw(TOPIC, 0, 2, 10).unwrap()[0].value,
+        br#"{"n":2}"#
+    );
 }
