@@ -25,10 +25,10 @@ pub struct RawKafka {
 }
 
 impl RawKafka {
-    /// A raw producer (idempotent, acks=all, `linger.ms=0`, like the bus)
+    /// A raw producer (idempotent, acks=all, `linger.ms=1`, like the bus)
     /// for the bus topic `topic`.
     pub fn new(brokers: &str, topic: &str) -> Result<Self, BusError> {
-        Self::with_linger(brokers, topic, 0)
+        Self::with_linger(brokers, topic, 1)
     }
 
     /// [`RawKafka::new`] with `linger.ms` set to `linger_ms`.
