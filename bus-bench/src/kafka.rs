@@ -25,13 +25,19 @@ pub struct RawKafka {
 }
 
 impl RawKafka {
-    /// A raw producer (idempotent, acks=all, like the bus) for the bus topic `topic`.
+    /// A raw producer (idempotent, acks=all, `linger.ms=1`, like the bus)
+    /// for the bus topic `topic`.
     pub fn new(brokers: &str, topic: &str) -> Result<Self, BusError> {
+        Self::with_linger(brokers, topic, 1)
+    }
+
+    /// [`RawKafka::new`] with `linger.ms` set to `linger_ms`.
+    pub fn with_linger(brokers: &str, topic: &str, linger_ms: u32) -> Result<Self, BusError> {
         let producer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("linger.ms", "1")
+            .set("linger.ms", linger_ms.to_string())
             .set("batch.size", "900000")
             .create()
             .map_err(|e| BusError::backend("kafka", format!("raw producer: {e}")))?;
@@ -145,5 +151,64 @@ impl RawKafka {
             }
         }
         Ok(seen)
+    }
+}
+
+/// Raw rdkafka's positioned read: one consumer assigned to partition 0
+/// once, then a seek and a poll per read (the reader settings of the bus).
+pub struct RawPointReader {
+    consumer: BaseConsumer,
+    topic: String,
+}
+
+impl RawPointReader {
+    /// A consumer assigned to partition 0 of the bus topic `topic`.
+    pub fn new(brokers: &str, topic: &str) -> Result<Self, BusError> {
+        let failed = |what: &str, e: rdkafka::error::KafkaError| {
+            BusError::backend("kafka", format!("raw {what}: {e}"))
+        };
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set(
+                "group.id",
+                format!("bench-{}", uuid::Uuid::new_v4().simple()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.wait.max.ms", "10")
+            .set("fetch.queue.backoff.ms", "5")
+            .set("queued.min.messages", "100000")
+            .set("queued.max.messages.kbytes", "16384")
+            .create()
+            .map_err(|e| failed("consumer", e))?;
+        let topic = kafka_topic_name(topic);
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&topic, 0, Offset::Offset(0))
+            .and_then(|()| consumer.assign(&list))
+            .map_err(|e| failed("assign", e))?;
+        Ok(Self { consumer, topic })
+    }
+
+    /// The record at `offset`, decoded as the bus decodes it: seek, then
+    /// poll until it arrives.
+    pub fn read(&self, offset: u64) -> Result<Value, BusError> {
+        let failed = |what: &str, e: rdkafka::error::KafkaError| {
+            BusError::backend("kafka", format!("raw {what}: {e}"))
+        };
+        let at = i64::try_from(offset).unwrap_or(i64::MAX);
+        self.consumer
+            .seek(&self.topic, 0, Offset::Offset(at), Duration::from_secs(10))
+            .map_err(|e| failed("seek", e))?;
+        loop {
+            let message = self
+                .consumer
+                .poll(Duration::from_secs(10))
+                .ok_or_else(|| BusError::backend("kafka", "raw poll: nothing in 10 s"))?
+                .map_err(|e| failed("poll", e))?;
+            if message.offset() == at {
+                return serde_json::from_slice(message.payload().unwrap_or_default())
+                    .map_err(BusError::from);
+            }
+        }
     }
 }

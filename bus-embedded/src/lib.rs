@@ -16,6 +16,7 @@ mod notifier;
 mod options;
 mod partition;
 mod publish;
+mod raw;
 mod subscribe;
 mod topics;
 mod uid;
@@ -25,6 +26,7 @@ mod watch;
 pub mod testing;
 
 pub use bus::EmbeddedBus;
+pub use raw::StoredBytes;
 
 /// URL schemes the `bus` facade routes to this backend (`file://DIR`; a
 /// bare path is taken as a directory too).

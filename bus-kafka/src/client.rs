@@ -182,7 +182,7 @@ pub(crate) fn producer_config(options: &KafkaOptions, kind: Delivery) -> ClientC
         .set("acks", "all")
         .set("message.timeout.ms", delivery.as_millis().to_string())
         .set("request.timeout.ms", options.timeout_ms())
-        .set("linger.ms", "1")
+        .set("linger.ms", options.linger.as_millis().to_string())
         // A batch must stay below the smallest topic limit (max_record_bytes
         // + TOPIC_SLACK_BYTES); a bigger single record gets a batch of its own.
         .set("batch.size", "900000")

@@ -112,6 +112,18 @@ impl Partition {
         max: usize,
         auth: Option<&RecordAuth>,
     ) -> Result<Vec<StoredRecord>, BusError> {
+        self.fetch_as(offset, max, auth, Self::event)
+    }
+
+    /// [`Partition::fetch`] making each checked record with `make` (the
+    /// record with its headers, the event alone, or the raw bytes).
+    pub(crate) fn fetch_as<T>(
+        &self,
+        offset: u64,
+        max: usize,
+        auth: Option<&RecordAuth>,
+        make: Make<T>,
+    ) -> Result<Vec<T>, BusError> {
         let mut out = Vec::new();
         let mut cursor = offset;
         let mut retries = 0;
@@ -128,7 +140,7 @@ impl Partition {
             // allocation made before theirs (not a series of regrowths).
             let here = usize::try_from(snapshot.end - snapshot.from).unwrap_or(usize::MAX);
             out.reserve(here.min(max - out.len()).min(MAX_RESERVED));
-            match self.read_segment(&snapshot, max, auth, &mut out) {
+            match self.read_segment(&snapshot, max, auth, make, &mut out) {
                 Ok(next) => cursor = next,
                 Err(ReadError::Retry) if !out.is_empty() => break,
                 Err(ReadError::Retry) if retries < 3 => retries += 1,
@@ -195,12 +207,13 @@ impl Partition {
     }
 
     /// Reads from one segment into `out`; returns the offset to continue at.
-    fn read_segment(
+    fn read_segment<T>(
         &self,
         snapshot: &Snapshot,
         max: usize,
         auth: Option<&RecordAuth>,
-        out: &mut Vec<StoredRecord>,
+        make: Make<T>,
+        out: &mut Vec<T>,
     ) -> Result<u64, ReadError> {
         let file = match self.segment_file(snapshot) {
             Ok(file) => file,
@@ -218,24 +231,30 @@ impl Partition {
         };
         let mut reader =
             FrameReader::with_buffers(&file, pos, snapshot.len, read_ahead, READ_BUFFER.take());
-        let result = self.read_frames(snapshot, &file, &mut reader, expected, max, auth, out);
+        let result = self.read_frames(
+            snapshot,
+            &file,
+            &mut reader,
+            expected,
+            (max, auth, make),
+            out,
+        );
         READ_BUFFER.set(reader.into_buffers());
         result
     }
 
     /// [`Partition::read_segment`]'s loop over the frames of `reader`.
-    #[allow(clippy::too_many_arguments)]
-    fn read_frames<'f>(
+    fn read_frames<'f, T>(
         &self,
         snapshot: &Snapshot,
         file: &'f File,
         reader: &mut FrameReader<'f>,
         mut expected: u64,
-        max: usize,
-        auth: Option<&RecordAuth>,
-        out: &mut Vec<StoredRecord>,
+        (max, auth, make): (usize, Option<&RecordAuth>, Make<T>),
+        out: &mut Vec<T>,
     ) -> Result<u64, ReadError> {
         let from = snapshot.from;
+        let mut last = None;
         let mut first = true;
         while out.len() < max && expected < snapshot.end {
             let pos = reader.pos();
@@ -255,7 +274,8 @@ impl Partition {
                         if out.len() >= max {
                             break;
                         }
-                        out.push(self.event(offset, frame.stored_at, record, auth)?);
+                        out.push(make(self, offset, frame.stored_at, record, auth)?);
+                        last = Some(offset);
                     }
                     expected = frame.end();
                     continue;
@@ -282,12 +302,12 @@ impl Partition {
                 _ => return Err(corrupt(format!("{reason} at byte {pos}")).into()),
             }
         }
-        Ok(out
-            .last()
-            .map_or(expected, |e| e.event.offset + 1)
+        Ok(last
+            .map_or(expected, |offset| offset + 1)
             .max(snapshot.from))
     }
 
+    /// A checked record with its headers.
     fn event(
         &self,
         offset: u64,
@@ -295,34 +315,84 @@ impl Partition {
         record: RecordRef<'_>,
         auth: Option<&RecordAuth>,
     ) -> Result<StoredRecord, BusError> {
-        let integrity = |reason: &str| BusError::Integrity {
-            topic: self.topic.clone(),
-            partition: self.id,
-            offset,
-            reason: reason.to_owned(),
-        };
-        let key = std::str::from_utf8(record.key).map_err(|_| integrity("key is not UTF-8"))?;
         // Parsed when the frame was decoded; `None` here would be a bug.
-        let headers = record_headers(record).ok_or_else(|| integrity("headers do not parse"))?;
-        if let Some(auth) = auth {
-            self.check_tag(record, auth).map_err(integrity)?;
-        }
+        let headers =
+            record_headers(record).ok_or_else(|| self.integrity(offset, "headers do not parse"))?;
+        Ok(StoredRecord {
+            event: self.event_only(offset, stored_at, record, auth)?,
+            headers,
+        })
+    }
+
+    /// A checked record without its headers (what `fetch` returns): no
+    /// header map is built for it.
+    pub(crate) fn event_only(
+        &self,
+        offset: u64,
+        stored_at: u64,
+        record: RecordRef<'_>,
+        auth: Option<&RecordAuth>,
+    ) -> Result<StoredEvent, BusError> {
+        let key = self.checked_key(offset, record, auth)?;
         // Checked as UTF-8 at once (a fast pass over the whole value), so
         // the parser does not check each string again as `from_slice` does.
         let value = std::str::from_utf8(record.value)
             .ok()
             .and_then(|text| serde_json::from_str(text).ok())
-            .ok_or_else(|| integrity("value is not valid JSON"))?;
-        Ok(StoredRecord {
-            event: StoredEvent {
-                partition: self.id,
-                offset,
-                key: key.to_owned(),
-                value,
-                stored_at,
-            },
+            .ok_or_else(|| self.integrity(offset, "value is not valid JSON"))?;
+        Ok(StoredEvent {
+            partition: self.id,
+            offset,
+            key: key.to_owned(),
+            value,
+            stored_at,
+        })
+    }
+
+    /// A checked record's bytes as stored, the value not parsed.
+    pub(crate) fn raw_record(
+        &self,
+        offset: u64,
+        stored_at: u64,
+        record: RecordRef<'_>,
+        auth: Option<&RecordAuth>,
+    ) -> Result<crate::raw::StoredBytes, BusError> {
+        let key = self.checked_key(offset, record, auth)?;
+        let headers =
+            record_headers(record).ok_or_else(|| self.integrity(offset, "headers do not parse"))?;
+        Ok(crate::raw::StoredBytes {
+            partition: self.id,
+            offset,
+            key: key.to_owned(),
+            value: record.value.to_vec(),
+            stored_at,
             headers,
         })
+    }
+
+    /// The record's key, once its tag (under `auth`) verifies.
+    fn checked_key<'r>(
+        &self,
+        offset: u64,
+        record: RecordRef<'r>,
+        auth: Option<&RecordAuth>,
+    ) -> Result<&'r str, BusError> {
+        let key = std::str::from_utf8(record.key)
+            .map_err(|_| self.integrity(offset, "key is not UTF-8"))?;
+        if let Some(auth) = auth {
+            self.check_tag(record, auth)
+                .map_err(|reason| self.integrity(offset, reason))?;
+        }
+        Ok(key)
+    }
+
+    fn integrity(&self, offset: u64, reason: &str) -> BusError {
+        BusError::Integrity {
+            topic: self.topic.clone(),
+            partition: self.id,
+            offset,
+            reason: reason.to_owned(),
+        }
     }
 
     /// Why `record` does not authenticate under `auth`, if it does not.
@@ -389,6 +459,11 @@ impl Partition {
         Ok(())
     }
 }
+
+/// How a read makes its output from one checked record: the partition,
+/// the record's offset and store time, the record, the control key.
+pub(crate) type Make<T> =
+    fn(&Partition, u64, u64, RecordRef<'_>, Option<&RecordAuth>) -> Result<T, BusError>;
 
 /// Records a fetch reserves room for at once (more grow the page).
 const MAX_RESERVED: usize = 4096;

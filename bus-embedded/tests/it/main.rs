@@ -21,6 +21,7 @@ mod file_layer_faults;
 mod forged_uids;
 mod limits;
 mod power_loss_files;
+mod raw_reads;
 mod readonly_damage;
 mod recovery;
 mod retention_reads;
