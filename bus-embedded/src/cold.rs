@@ -56,12 +56,12 @@ fn topic_dir(partition: &Partition) -> Option<&Path> {
     partition.dir.parent()
 }
 
-/// The cold tier of the partition's topic, if it has one.
 /// Whether `partition`'s topic has a cold tier attached.
-pub(crate) fn attached(partition: &Partition) -> Result<bool, BusError> {
+pub(crate) fn has_tier(partition: &Partition) -> Result<bool, BusError> {
     Ok(tier_of(partition)?.is_some())
 }
 
+/// The cold tier of the partition's topic, if it has one.
 fn tier_of(partition: &Partition) -> Result<Option<Arc<ColdTier>>, BusError> {
     Ok(attached(partition)?.map(|attached| attached.tier))
 }

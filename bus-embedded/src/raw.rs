@@ -64,7 +64,7 @@ impl EmbeddedBus {
         }
         let part = self.inner.readable(&spec.name, partition)?;
         #[cfg(feature = "cold")]
-        if offset < part.offsets().first && crate::cold::attached(&part)? {
+        if offset < part.offsets().first && crate::cold::has_tier(&part)? {
             return Err(BusError::Unsupported {
                 operation: format!(
                     "fetch_raw of {topic:?} partition {partition} at {offset} (below the hot \
