@@ -1,12 +1,11 @@
 //! Positioned reads of one partition (contract C5): a pool of consumers,
-//! each assigned to one partition once and moved by `seek` from read to
-//! read (a sequential replay goes on where the last read stopped). Reads
-//! stop at the high watermark, so a fetch at the end returns at once
-//! instead of long-polling.
+//! each assigned to one partition at an explicit offset, reused while a
+//! caller replays sequentially. Reads stop at the high watermark, so a fetch
+//! at the end returns at once instead of long-polling.
 
 use bus_core::backend::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bus_core::BusError;
@@ -24,11 +23,8 @@ pub(crate) const UID_HEADER: &str = "bus-uid";
 /// Hex HMAC tag header (contract C14).
 pub(crate) const TAG_HEADER: &str = "bus-tag";
 
-/// How many idle positioned consumers a bus keeps, over all partitions.
+/// How many positioned consumers a bus keeps.
 const POOL_SIZE: usize = 8;
-/// How many consumers of one partition may serve reads at once; more
-/// concurrent readers of it wait for one to come back.
-const PER_PARTITION: usize = 4;
 /// Pause after which a read without progress re-checks the watermarks.
 const STALL: Duration = Duration::from_millis(250);
 
@@ -47,15 +43,11 @@ pub(crate) struct RawMessage<'a> {
     pub headers: Vec<(&'a str, &'a [u8])>,
 }
 
-/// A consumer of one partition, assigned once and moved by `seek`.
 struct Slot {
     consumer: Reader,
-    /// The consumer has the partition assigned.
-    assigned: bool,
-    /// The offset the consumer will deliver next, when known.
+    /// The offset the consumer will deliver next, when assigned.
     next: Option<u64>,
-    /// The highest high watermark seen: offsets below it hold records
-    /// (or lie below the log start), so a read there needs no query.
+    /// The last high watermark seen.
     high: u64,
     /// Fetching is paused (the consumer is at the high watermark).
     paused: bool,
@@ -66,62 +58,28 @@ struct Slot {
     last_used: u64,
 }
 
-/// The consumers of one partition: those idle, and how many serve reads.
-struct Lane {
-    idle: Vec<Slot>,
-    out: usize,
-    /// The highest high watermark any of them saw.
-    high: u64,
-    /// Tells a consumer coming back to a lane that was forgotten (its
-    /// topic deleted) and made again from a new one.
-    generation: u64,
-}
-
-/// The consumers of a bus, per recently read partition a few (a read takes
-/// one, seeks it, and gives it back; one that failed is dropped, never
-/// reused), plus one with no assignment for watermark and timestamp
-/// queries: an assigned consumer idling at the end keeps a long-polling
-/// Fetch in flight, and the broker answers requests on one connection in
-/// order, so a query sent through it would wait out `fetch.wait.max.ms`.
+/// The consumers of a bus, one per recently read partition, plus one with
+/// no assignment for watermark and timestamp queries: an assigned consumer
+/// idling at the end keeps a long-polling Fetch in flight, and the broker
+/// answers requests on one connection in order, so a query sent through it
+/// would wait out `fetch.wait.max.ms`.
 pub(crate) struct Pool {
-    state: Mutex<PoolState>,
-    /// Signalled when a consumer comes back.
-    returned: Condvar,
+    slots: Mutex<PoolState>,
     /// Replaced when its queries keep failing (see [`Pool::watermarks`]).
     meta: Mutex<Arc<Reader>>,
 }
 
 #[derive(Default)]
 struct PoolState {
-    lanes: HashMap<(String, i32), Lane>,
+    slots: HashMap<(String, i32), Arc<Mutex<Slot>>>,
     clock: u64,
-    generations: u64,
-}
-
-/// A consumer taken from a lane: given back when dropped, kept only when
-/// its read succeeded.
-struct Lease<'p> {
-    pool: &'p Pool,
-    key: (String, i32),
-    generation: u64,
-    slot: Option<Slot>,
-    keep: bool,
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        let slot = self.slot.take();
-        let kept = if self.keep { slot } else { None };
-        self.pool.give_back(&self.key, self.generation, kept);
-    }
 }
 
 impl Pool {
     /// A pool with its query consumer.
     pub(crate) fn new(options: &KafkaOptions) -> Result<Self, BusError> {
         Ok(Self {
-            state: Mutex::default(),
-            returned: Condvar::new(),
+            slots: Mutex::default(),
             meta: Mutex::new(Arc::new(client::reader(options)?)),
         })
     }
@@ -146,146 +104,48 @@ impl Pool {
         }
     }
 
-    /// A consumer of `topic`/`partition` for a read from `from`: an idle
-    /// one (the one positioned at `from` if any), else a new one, else,
-    /// when [`PER_PARTITION`] are out, the first to come back before
-    /// `deadline`.
-    fn take(
+    fn slot(
         &self,
         options: &KafkaOptions,
         topic: &str,
         partition: i32,
-        from: u64,
-        deadline: Instant,
-    ) -> Result<Lease<'_>, BusError> {
+    ) -> Result<Arc<Mutex<Slot>>, BusError> {
+        let mut state = lock(&self.slots);
+        state.clock += 1;
+        let clock = state.clock;
         let key = (topic.to_owned(), partition);
-        let mut state = lock(&self.state);
-        let (idle, generation, high) = loop {
-            let PoolState {
-                lanes, generations, ..
-            } = &mut *state;
-            let lane = lanes.entry(key.clone()).or_insert_with(|| {
-                *generations += 1;
-                Lane {
-                    idle: Vec::new(),
-                    out: 0,
-                    high: 0,
-                    generation: *generations,
-                }
-            });
-            if !lane.idle.is_empty() || lane.out < PER_PARTITION {
-                let at = lane.idle.iter().position(|slot| slot.next == Some(from));
-                let idle = at
-                    .or(lane.idle.len().checked_sub(1))
-                    .map(|at| lane.idle.swap_remove(at));
-                lane.out += 1;
-                break (idle, lane.generation, lane.high);
+        if let Some(slot) = state.slots.get(&key) {
+            if let Ok(mut inner) = slot.try_lock() {
+                inner.last_used = clock;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(crate::errors::timed_out(
-                    options,
-                    "fetch (every reader busy)",
-                ));
-            }
-            state = self
-                .returned
-                .wait_timeout(state, left)
-                .map_or_else(|poisoned| poisoned.into_inner().0, |(state, _)| state);
-        };
-        drop(state);
-        let mut lease = Lease {
-            pool: self,
-            key,
-            generation,
-            slot: None,
-            keep: false,
-        };
-        let mut slot = match idle {
-            Some(slot) => slot,
-            // Made outside the lock; a failure gives the place back.
-            None => Slot {
-                consumer: client::reader(options)?,
-                assigned: false,
-                next: None,
-                high: 0,
-                paused: false,
-                reassign: false,
-                last_used: 0,
-            },
-        };
-        slot.high = slot.high.max(high);
-        lease.slot = Some(slot);
-        Ok(lease)
-    }
-
-    /// Returns a lane's place, and `slot` to its idle consumers; drops the
-    /// least recently used beyond [`POOL_SIZE`] (outside the lock: closing
-    /// a consumer talks to the broker).
-    fn give_back(&self, key: &(String, i32), generation: u64, slot: Option<Slot>) {
-        let mut dropped = Vec::new();
-        {
-            let mut state = lock(&self.state);
-            state.clock += 1;
-            let clock = state.clock;
-            match state.lanes.get_mut(key) {
-                Some(lane) if lane.generation == generation => {
-                    lane.out = lane.out.saturating_sub(1);
-                    if let Some(mut slot) = slot {
-                        lane.high = lane.high.max(slot.high);
-                        slot.last_used = clock;
-                        lane.idle.push(slot);
-                    }
-                }
-                _ => dropped.extend(slot),
-            }
-            let mut idle: usize = state.lanes.values().map(|lane| lane.idle.len()).sum();
-            while idle > POOL_SIZE {
-                let oldest = state
-                    .lanes
-                    .iter()
-                    .flat_map(|(key, lane)| {
-                        lane.idle
-                            .iter()
-                            .enumerate()
-                            .map(move |(at, slot)| (slot.last_used, key, at))
-                    })
-                    .min_by_key(|&(used, _, _)| used)
-                    .map(|(_, key, at)| (key.clone(), at));
-                let Some((oldest, at)) = oldest else {
-                    break;
-                };
-                if let Some(lane) = state.lanes.get_mut(&oldest) {
-                    dropped.push(lane.idle.swap_remove(at));
-                }
-                idle -= 1;
-            }
-            state
-                .lanes
-                .retain(|_, lane| !lane.idle.is_empty() || lane.out > 0);
+            return Ok(Arc::clone(slot));
         }
-        self.returned.notify_all();
-        drop(dropped);
+        if state.slots.len() >= POOL_SIZE {
+            let oldest = state
+                .slots
+                .iter()
+                .filter(|(_, slot)| Arc::strong_count(slot) == 1)
+                .min_by_key(|(_, slot)| slot.try_lock().map_or(u64::MAX, |s| s.last_used))
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                state.slots.remove(&oldest);
+            }
+        }
+        let slot = Arc::new(Mutex::new(Slot {
+            consumer: client::reader(options)?,
+            next: None,
+            high: 0,
+            paused: false,
+            reassign: false,
+            last_used: clock,
+        }));
+        state.slots.insert(key, Arc::clone(&slot));
+        Ok(slot)
     }
 
-    /// Drops the consumers of `topic` (after it is deleted); those serving
-    /// a read are dropped when it ends.
+    /// Drops the consumers of `topic` (after it is deleted).
     pub(crate) fn forget(&self, topic: &str) {
-        let dropped: Vec<Lane> = {
-            let mut state = lock(&self.state);
-            let names: Vec<(String, i32)> = state
-                .lanes
-                .keys()
-                .filter(|(name, _)| name == topic)
-                .cloned()
-                .collect();
-            names
-                .iter()
-                .filter_map(|key| state.lanes.remove(key))
-                .collect()
-        };
-        self.returned.notify_all();
-        drop(dropped);
+        lock(&self.slots).slots.retain(|(name, _), _| name != topic);
     }
 
     /// The low and high watermarks of a partition.
@@ -356,31 +216,23 @@ impl Pool {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let mut lease = self.take(options, topic, partition, from, deadline)?;
-        let Some(slot) = lease.slot.as_mut() else {
-            return Err(BusError::backend(
-                "kafka",
-                "a reader lease without a reader",
-            ));
-        };
+        let slot = self.slot(options, topic, partition)?;
+        let mut slot = lock(&slot);
         if slot.paused {
             slot.paused = false;
             pause(options, &slot.consumer, topic, partition, false)?;
             slot.reassign = true;
         }
-        let read = self.read_slot(options, slot, topic, partition, from, max, deadline, each);
-        if read.is_err() {
-            return read;
-        }
-        // Caught up: stop fetching until the next read, so an idle
-        // consumer sends no Fetch requests.
-        if slot.next.is_some_and(|next| next >= slot.high) {
-            if pause(options, &slot.consumer, topic, partition, true).is_err() {
-                return read;
-            }
+        let read = self.read_slot(
+            options, &mut slot, topic, partition, from, max, deadline, each,
+        );
+        // Caught up: stop fetching until the next read, so an idle slot
+        // sends no Fetch requests.
+        if slot.next.is_some_and(|next| next >= slot.high)
+            && pause(options, &slot.consumer, topic, partition, true).is_ok()
+        {
             slot.paused = true;
         }
-        lease.keep = true;
         read
     }
 
@@ -396,35 +248,27 @@ impl Pool {
         deadline: Instant,
         mut each: impl FnMut(RawMessage<'_>) -> T,
     ) -> Result<Vec<T>, BusError> {
-        let sequential = slot.next == Some(from) && from < slot.high && !slot.reassign;
+        let sequential = slot.next == Some(from) && from < slot.high;
         let mut next = from;
         if !sequential {
-            // Below a high watermark seen there are records (or the log
-            // start is past `from`, and the consumer's offset reset to the
-            // earliest delivers from there): no query. At or past it the
-            // broker is asked, so a read at the end returns at once.
-            if from >= slot.high {
-                let (low, high) = self.watermarks(options, topic, partition, deadline)?;
-                slot.high = high;
-                next = from.max(low);
-                if next >= high {
-                    return Ok(Vec::new());
-                }
+            let (low, high) = self.watermarks(options, topic, partition, deadline)?;
+            slot.high = high;
+            next = from.max(low);
+            if next >= high {
+                return Ok(Vec::new());
             }
-            if !slot.assigned || slot.reassign {
+            if slot.next != Some(next) || slot.reassign {
                 assign(options, &slot.consumer, topic, partition, next)?;
-                slot.assigned = true;
+                slot.next = Some(next);
                 slot.reassign = false;
-            } else if slot.next != Some(next) {
-                seek(options, &slot.consumer, topic, partition, next, deadline)?;
             }
-            slot.next = Some(next);
         }
         let mut out = Vec::with_capacity(max.min(4_096));
         let mut last_error = None;
         let mut quiet_since = Instant::now();
         while out.len() < max && next < slot.high {
             if Instant::now() >= deadline {
+                slot.next = None;
                 return Err(
                     last_error.unwrap_or_else(|| crate::errors::timed_out(options, "fetch"))
                 );
@@ -448,8 +292,7 @@ impl Pool {
                 }
                 None => {
                     if quiet_since.elapsed() >= STALL {
-                        // Records may have expired under the consumer, or
-                        // the log been cut below a watermark seen before.
+                        // Records may have expired under the consumer.
                         if let Ok((low, high)) =
                             self.watermarks(options, topic, partition, deadline)
                         {
@@ -481,22 +324,6 @@ fn assign(
     list.add_partition_offset(topic, partition, Offset::Offset(offset))
         .and_then(|()| consumer.assign(&list))
         .map_err(|error| map_error(options, "assigning a partition", error))
-}
-
-/// Moves the assigned `consumer` to `offset`: librdkafka drops what it
-/// fetched ahead and fetches from there, without a new assignment.
-fn seek(
-    options: &KafkaOptions,
-    consumer: &Reader,
-    topic: &str,
-    partition: i32,
-    offset: u64,
-    deadline: Instant,
-) -> Result<(), BusError> {
-    let offset = Offset::Offset(i64::try_from(offset).unwrap_or(i64::MAX));
-    consumer
-        .seek(topic, partition, offset, remaining(deadline).min(STALL * 4))
-        .map_err(|error| map_error(options, "seeking a partition", error))
 }
 
 /// Pauses or resumes fetching one partition.

@@ -14,5 +14,4 @@ mod common;
 mod async_surface;
 mod flush;
 mod no_auto_create;
-mod positioned;
 mod subscribe;
