@@ -244,13 +244,6 @@ impl EventBus for PostgresBus {
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         self.core.offsets(topic, partition)
     }
-    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
-        let state = self.core.topic(topic)?;
-        bus_core::backend::check_partition(topic, partition, state.spec.partitions)?;
-        self.core.run("delete_below", move |shared| async move {
-            fetch::delete_below(&shared, &state, partition, offset).await
-        })
-    }
     fn publish_batch(
         &self,
         topic: &str,

@@ -301,24 +301,6 @@ pub(crate) async fn offsets(
 /// partition, the prefix up to the first record young enough, so the log
 /// keeps no hole even if clocks of several writers disagree. The counter row
 /// keeps the offsets.
-/// Deletes the records of `partition` below `offset` (never past the
-/// head; offsets are kept, C4): what a cold tier calls after archiving (C24).
-pub(crate) async fn delete_below(
-    shared: &Shared,
-    topic: &Topic,
-    partition: u32,
-    offset: u64,
-) -> Result<u64, BusError> {
-    let part = i32::try_from(partition).unwrap_or(i32::MAX);
-    let next = offsets(shared, topic, partition).await?.next;
-    let below = sql_number(offset.min(next));
-    let client = shared.pool.get().await.map_err(pool)?;
-    client
-        .execute(&shared.sql.expire, &[&topic.id, &part, &below])
-        .await
-        .map_err(|e| pg("delete_below", &e))
-}
-
 pub(crate) async fn expire(shared: &Shared, topic: &Topic, now_ms: u64) -> Result<u64, BusError> {
     let Some(retention) = topic.spec.retention_ms else {
         return Ok(0);
