@@ -48,7 +48,7 @@
 //! `messaging.batch.message_count` (batches and fetches); on Kafka
 //! `messaging.kafka.offset` and `messaging.kafka.message.key`; on every
 //! backend `bus.offset`. A failed publish sets the span's status to error
-//! and `error.type` to the [`BusError`](crate::BusError) variant.
+//! and `error.type` to the [`BusError`] variant.
 //!
 //! When nothing records (no provider installed, or a sampler said no),
 //! spans are started under a fixed name with the three fixed attributes
