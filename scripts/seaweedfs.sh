@@ -12,7 +12,7 @@
 #      BUS_SEAWEEDFS_FILER_PORT (8888) -- weed also listens on each port + 10000 (gRPC), keep
 #      those free too; BUS_S3_BUCKET (bus-cold), BUS_SEAWEEDFS_VERSION (the Go pseudo-version),
 #      BUS_SEAWEEDFS_BIN (use this binary), BUS_BROKER_HOME (~/.cache/bus-brokers),
-#      BUS_SEAWEEDFS_START_TIMEOUT (60 s), BUS_SEAWEEDFS_STOP_TIMEOUT (15 s).
+#      BUS_SEAWEEDFS_START_TIMEOUT (120 s), BUS_SEAWEEDFS_STOP_TIMEOUT (15 s).
 # Human messages go to stderr, data lines to stdout. The server takes no credentials (no
 # identities configured): it listens on 127.0.0.1 only.
 set -euo pipefail
@@ -32,7 +32,7 @@ MASTER_PORT="${BUS_SEAWEEDFS_MASTER_PORT:-9333}"
 VOLUME_PORT="${BUS_SEAWEEDFS_VOLUME_PORT:-8087}"
 FILER_PORT="${BUS_SEAWEEDFS_FILER_PORT:-8888}"
 BUCKET="${BUS_S3_BUCKET:-bus-cold}"
-START_TIMEOUT="${BUS_SEAWEEDFS_START_TIMEOUT:-60}"
+START_TIMEOUT="${BUS_SEAWEEDFS_START_TIMEOUT:-120}"
 PIDFILE="$BUS_BROKER_RUN/seaweedfs-$S3_PORT.pid"
 LOGFILE="$BUS_BROKER_RUN/seaweedfs-$S3_PORT.log"
 ENDPOINT="http://$HOST:$S3_PORT"
@@ -84,18 +84,32 @@ running_pid() {
   pid_alive "$pid" weed && echo "$pid"
 }
 
-# healthy: the S3 gateway answers a ListBuckets (anonymous: no identities configured).
-healthy() { http_ok "$ENDPOINT/"; }
+# master_leader: the master has won its (single-node) raft election. On a data directory
+# kept from an earlier run it recovers the raft state and first answers `{"MaxVolumeId":N}`
+# without `IsLeader` for ~17 s (measured here); the S3 gateway already answers GET / then,
+# but a bucket PUT waits on the master and timed out (HTTP 000) -- the CI failure of 78b5b45.
+master_leader() {
+  curl -s --max-time 2 "http://$HOST:$MASTER_PORT/cluster/status" 2>/dev/null | grep -q '"IsLeader":true'
+}
+
+# healthy: the master leads and the S3 gateway answers a ListBuckets (anonymous: no
+# identities configured).
+healthy() { master_leader && http_ok "$ENDPOINT/"; }
 
 # ensure_bucket: PUT is idempotent on SeaweedFS for an existing bucket owned by us
 # (it answers 409 BucketAlreadyExists/OwnedByYou; both mean the bucket is there).
+# The PUT is retried until DEADLINE_MS (the start deadline): a gateway that is still finding
+# its master answers nothing (HTTP 000) or 5xx for a while.
 ensure_bucket() {
-  local code
-  code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT "$ENDPOINT/$BUCKET")" || code=000
-  case "$code" in
-    200|409) ;;
-    *) die "creating bucket $BUCKET at $ENDPOINT answered HTTP $code" ;;
-  esac
+  local code deadline_ms="$1"
+  while :; do
+    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT "$ENDPOINT/$BUCKET")" || code=000
+    case "$code" in
+      200|409) break ;;
+    esac
+    [ "$(now_ms)" -ge "$deadline_ms" ] && { tail_log "$LOGFILE"; die "creating bucket $BUCKET at $ENDPOINT answered HTTP $code until the start deadline"; }
+    sleep 0.5
+  done
   # a fresh SeaweedFS may answer the PUT before the filer serves the bucket: wait for a listing
   local end=$(( $(now_ms) + 20000 ))
   until http_ok "$ENDPOINT/$BUCKET?list-type=2&max-keys=1"; do
@@ -142,7 +156,7 @@ cmd_start() {
     fi
     sleep 0.2
   done
-  ensure_bucket
+  ensure_bucket "$end"
   log "ready in $(( $(now_ms) - t0 )) ms (pid $pid, rss $(rss_kb "$pid") KiB, bucket $BUCKET)"
   echo "BUS_S3_ENDPOINT=$ENDPOINT"
   echo "BUS_S3_BUCKET=$BUCKET"
