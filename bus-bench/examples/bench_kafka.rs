@@ -90,17 +90,25 @@ fn bus_replay(bus: &KafkaBus, topic: &str) -> usize {
 }
 
 fn broker_rss_kib(pid: Option<u32>) -> Option<(u32, u64)> {
+    // Without --broker-pid, the one `kafka.Kafka` process on the machine;
+    // with several (a CI run beside a bench broker) the figure would be
+    // another broker's, so none is printed.
     let pid = pid.or_else(|| {
-        std::fs::read_dir("/proc")
+        let brokers: Vec<u32> = std::fs::read_dir("/proc")
             .ok()?
             .filter_map(Result::ok)
-            .find_map(|entry| {
+            .filter_map(|entry| {
                 let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
                 let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
                 String::from_utf8_lossy(&cmdline)
                     .contains("kafka.Kafka")
                     .then_some(pid)
             })
+            .collect();
+        match brokers[..] {
+            [pid] => Some(pid),
+            _ => None,
+        }
     })?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib = status
