@@ -52,6 +52,11 @@
 //! record carrying both spellings. It never panics on what another producer
 //! stored.
 //!
+//! On NATS the bus percent-encodes every header value on the wire (C25):
+//! bus to bus the attributes travel exactly, but a NATS client outside the
+//! bus sees `ce-source` and the like percent-encoded. On Kafka the headers
+//! are the Kafka binding's as they are.
+//!
 //! # Example
 //!
 //! ```
