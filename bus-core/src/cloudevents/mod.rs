@@ -8,7 +8,7 @@
 //! or NATS's CloudEvents binding reads what the bus stored, and the bus
 //! reads what such a producer wrote.
 //!
-//! The mapping works on the official SDK's [`Event`] (crate
+//! The mapping works on the official SDK's [`Event`](cloudevents::Event) (crate
 //! `cloudevents-sdk`, library name `cloudevents`): it is the type callers
 //! already build and hand to other transports, and its own binary-mode
 //! machinery ([`BinaryDeserializer`](cloudevents::message::BinaryDeserializer),
