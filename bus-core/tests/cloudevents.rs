@@ -524,3 +524,27 @@ fn events_the_bus_cannot_carry_are_refused_and_nothing_is_stored() {
     ce::publish(&bus, TOPIC, &full_event()).unwrap();
     assert_eq!(records(&bus).len(), 1);
 }
+
+#[test]
+fn events_go_out_as_one_batch() {
+    let bus = bus();
+    let mut second = full_event();
+    second.set_id("evt-0002");
+    let originals = [full_event(), second];
+    let batch: Vec<_> = originals
+        .iter()
+        .map(|event| {
+            ce::to_publish(event, Spelling::Underscore)
+                .unwrap()
+                .into_batch_record()
+        })
+        .collect();
+    let acks = bus.publish_batch_with_headers(TOPIC, &batch).unwrap();
+    assert_eq!(acks.len(), 2);
+    assert_eq!(acks[0].partition, acks[1].partition, "one partition key");
+    let stored = bus
+        .fetch_with_headers(TOPIC, acks[0].partition, acks[0].offset, 10)
+        .unwrap();
+    let back: Vec<Event> = stored.iter().map(|r| ce::to_event(r).unwrap()).collect();
+    assert_eq!(back, originals);
+}

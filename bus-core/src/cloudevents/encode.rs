@@ -5,7 +5,7 @@ use cloudevents::message::{BinaryDeserializer, BinarySerializer, MessageAttribut
 use cloudevents::{AttributesReader, AttributesWriter, Data, Event};
 
 use super::{Spelling, is_json, sdk_error};
-use crate::{BusError, EventBus, Headers, PublishAck};
+use crate::{BatchRecord, BatchRecordWithHeaders, BusError, EventBus, Headers, PublishAck};
 
 /// An event ready for
 /// [`EventBus::publish_with_headers`](crate::EventBus::publish_with_headers).
@@ -20,6 +20,16 @@ pub struct PublishParts {
     /// The attributes and extensions as headers, checked against the
     /// [`Headers`] limits.
     pub headers: Headers,
+}
+
+impl PublishParts {
+    /// The record for
+    /// [`publish_batch_with_headers`](crate::EventBus::publish_batch_with_headers):
+    /// several events in one batch, checked as a whole before anything is
+    /// stored.
+    pub fn into_batch_record(self) -> BatchRecordWithHeaders {
+        BatchRecord::new(self.key, self.value).with_headers(self.headers)
+    }
 }
 
 /// Maps `event` to a record in binary content mode, its attribute headers
