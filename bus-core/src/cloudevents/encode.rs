@@ -66,14 +66,12 @@ pub fn to_publish(event: &Event, spelling: Spelling) -> Result<PublishParts, Bus
     let content_type = content_type.or_else(|| event.data().map(|_| "application/json".to_owned()));
     attributes.set_datacontenttype(content_type);
     attributes.set_dataschema(schema);
-    let headers = attributes.deserialize_binary(HeaderWriter {
-        spelling,
-        headers: Headers::new(),
-    });
-    let headers = match headers {
-        Ok(headers) => headers,
-        Err(error) => return Err(error_from_writer(error)),
-    };
+    let headers = attributes
+        .deserialize_binary(HeaderWriter {
+            spelling,
+            headers: Headers::new(),
+        })
+        .map_err(error_from_writer)?;
     Ok(PublishParts {
         key,
         value,
