@@ -29,7 +29,7 @@ step() {
 step "the default tree of bus"
 tree="$(cargo tree -e normal -p bus --prefix none)"
 status=0
-for crate in clap indicatif tokio bus-bench bus-cli opentelemetry; do
+for crate in clap indicatif tokio bus-bench bus-cli opentelemetry cloudevents-sdk; do
   if grep -q "^$crate v" <<<"$tree"; then
     echo "check-crates.sh: \`bus\` with default features depends on $crate:" >&2
     cargo tree -e normal -p bus -i "$crate" >&2 || true
@@ -40,7 +40,7 @@ done
 
 # 2. A feature that only builds beside another (a `cfg` missing, an import
 # only the other feature brings) shows here, not in the --all-features test.
-for features in "" embedded nats kafka postgres async metrics otel; do
+for features in "" embedded nats kafka postgres async metrics otel cloudevents; do
   step "cargo check -p bus --no-default-features --features '$features'"
   cargo check -q -p bus --no-default-features --features "$features" --all-targets
 done

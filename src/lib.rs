@@ -2,6 +2,10 @@
 
 // The user API of bus-core, named one by one: what a backend author needs
 // besides (`bus_core::backend`, the backend kit) is not the user's.
+/// CloudEvents in binary content mode over record headers (feature
+/// `cloudevents`).
+#[cfg(feature = "cloudevents")]
+pub use bus_core::cloudevents;
 /// W3C trace context and OpenTelemetry messaging spans (feature `otel`).
 #[cfg(feature = "otel")]
 pub use bus_core::otel;

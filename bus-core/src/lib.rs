@@ -7,6 +7,8 @@ pub mod backend;
 mod batch;
 mod bus;
 mod capabilities;
+#[cfg(feature = "cloudevents")]
+pub mod cloudevents;
 pub mod consumer;
 mod error;
 mod event;
