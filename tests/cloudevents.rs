@@ -1,6 +1,7 @@
 //! Feature `cloudevents` through `bus::open`: events built with the SDK
-//! (`bus::cloudevents::sdk`) are published on the embedded log and on
-//! memory, read back by fetch (after a reopen, on the log) and by a live
+//! (`bus::cloudevents::sdk`) are published on memory, the embedded log and
+//! (with their features, when the tests' brokers are there) NATS, Kafka and
+//! PostgreSQL, read back by fetch (after a reopen, on the log) and by a live
 //! subscription, and map back to events equal to the originals; events the
 //! bus cannot carry leave nothing stored.
 
@@ -19,6 +20,12 @@ const TOPIC: &str = "cloudevents";
 
 fn manifest() -> Manifest {
     Manifest::new([TopicSpec::new(TOPIC, 3)])
+}
+
+/// A topic of this test's own on a shared broker (its records outlive the run).
+#[cfg(any(feature = "nats", feature = "kafka", feature = "postgres"))]
+fn broker_topic() -> String {
+    format!("ce-{}", bus_conformance::namespace_id(12))
 }
 
 fn events() -> Vec<Event> {
@@ -57,10 +64,10 @@ fn events() -> Vec<Event> {
 
 /// Publishes the events, reads them back live and by fetch, and checks
 /// each maps back to its original.
-fn round_trip(bus: &dyn EventBus) -> u32 {
+fn round_trip(bus: &dyn EventBus, topic: &str) -> u32 {
     let mut live = bus
         .subscribe(
-            TOPIC,
+            topic,
             Selector::Key("agent-1".into()),
             StartAt::Beginning,
             SubscribeOptions::default(),
@@ -69,7 +76,7 @@ fn round_trip(bus: &dyn EventBus) -> u32 {
     let originals = events();
     let mut partition = None;
     for event in &originals {
-        let ack = ce::publish(bus, TOPIC, event).unwrap();
+        let ack = ce::publish(bus, topic, event).unwrap();
         assert_eq!(*partition.get_or_insert(ack.partition), ack.partition);
     }
     let partition = partition.unwrap();
@@ -84,11 +91,12 @@ fn round_trip(bus: &dyn EventBus) -> u32 {
         }
     }
 
-    let fetched = bus.fetch_with_headers(TOPIC, partition, 0, 10).unwrap();
+    let fetched = bus.fetch_with_headers(topic, partition, 0, 10).unwrap();
     let back: Vec<Event> = fetched.iter().map(|r| ce::to_event(r).unwrap()).collect();
     assert_eq!(back, originals);
     assert_eq!(fetched[0].event.key, "agent-1");
-    assert_eq!(fetched[0].headers.get("ce_runid"), Some("r-77"));
+    let runid = Spelling::for_bus(bus).header("runid");
+    assert_eq!(fetched[0].headers.get(&runid), Some("r-77"));
     partition
 }
 
@@ -99,7 +107,7 @@ fn sdk_events_round_trip_on_the_embedded_log_across_a_reopen() {
     let partition = {
         let bus = bus::open(&url, &manifest()).unwrap();
         assert_eq!(Spelling::for_bus(&*bus), Spelling::Underscore);
-        round_trip(&*bus)
+        round_trip(&*bus, TOPIC)
     };
     let bus = bus::open(&url, &manifest()).unwrap();
     let fetched = bus.fetch_with_headers(TOPIC, partition, 0, 10).unwrap();
@@ -110,7 +118,70 @@ fn sdk_events_round_trip_on_the_embedded_log_across_a_reopen() {
 #[test]
 fn sdk_events_round_trip_on_memory() {
     let bus = bus::open("memory://", &manifest()).unwrap();
-    round_trip(&*bus);
+    round_trip(&*bus, TOPIC);
+}
+
+/// The round trip on a broker: `url` from the tests' environment, or a
+/// loud skip (a failure when brokers are required).
+#[cfg(any(feature = "nats", feature = "kafka", feature = "postgres"))]
+fn on_broker(
+    found: Result<String, bus_conformance::Unavailable>,
+    url: impl Fn(String) -> String,
+    test: &str,
+    spelling: Spelling,
+) {
+    let found = match found {
+        Ok(found) => found,
+        Err(why) => {
+            assert!(
+                !bus_conformance::brokers_required(),
+                "BUS_REQUIRE_BROKERS=1 but {why}"
+            );
+            bus_conformance::loud(&format!("SKIPPED {test}: {why}"));
+            return;
+        }
+    };
+    let topic = broker_topic();
+    let bus = bus::open(
+        &url(found),
+        &Manifest::new([TopicSpec::new(topic.as_str(), 3)]),
+    )
+    .unwrap();
+    assert_eq!(Spelling::for_bus(&*bus), spelling);
+    round_trip(&*bus, &topic);
+}
+
+#[cfg(feature = "nats")]
+#[test]
+fn sdk_events_round_trip_on_nats() {
+    on_broker(
+        bus_conformance::brokers::nats_url(),
+        |url| url,
+        "sdk_events_round_trip_on_nats",
+        Spelling::Dash,
+    );
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn sdk_events_round_trip_on_kafka() {
+    on_broker(
+        bus_conformance::brokers::kafka_brokers(),
+        |brokers| format!("kafka://{brokers}"),
+        "sdk_events_round_trip_on_kafka",
+        Spelling::Underscore,
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn sdk_events_round_trip_on_postgres() {
+    on_broker(
+        bus_conformance::brokers::postgres_url(),
+        |url| url,
+        "sdk_events_round_trip_on_postgres",
+        Spelling::Underscore,
+    );
 }
 
 #[test]
