@@ -235,20 +235,49 @@ impl KafkaBus {
 /// learns whether the brokers enforce retention promptly, how many there
 /// are and whether they flush each message. Blocks: runs on a
 /// blocking-pool thread.
+///
+/// A fact the brokers refuse to tell (an ACL on DescribeConfigs, say) is
+/// unknown and promises nothing (a warning says so); one they did not
+/// answer in time fails the connect as `Timeout`/`Unavailable`, which the
+/// caller may retry: a bus connected a moment after its broker started
+/// must not report `AckDurability::None` for brokers that flush each
+/// message only because the connect's deadline ran out first (a flake of
+/// tests/power_cut.rs under load).
 pub(crate) fn cluster_facts(
     options: &KafkaOptions,
     admin: &AdminClient<DefaultClientContext>,
     deadline: Instant,
 ) -> Result<ClusterFacts, BusError> {
     topics::ensure_manifest_topic(options, admin, deadline)?;
-    // Best effort: without an answer, nothing is promised.
     Ok(ClusterFacts {
-        native_retention: topics::broker_checks_retention_promptly(options, admin, deadline)
-            .unwrap_or(false),
-        brokers: topics::broker_count(options, admin, deadline).unwrap_or(0),
-        brokers_flush: crate::flush::brokers_flush_each_message(options, admin, deadline)
-            .unwrap_or(false),
+        native_retention: best_effort(
+            "whether the brokers check retention promptly",
+            topics::broker_checks_retention_promptly(options, admin, deadline),
+            false,
+        )?,
+        brokers: best_effort(
+            "how many brokers there are",
+            topics::broker_count(options, admin, deadline),
+            0,
+        )?,
+        brokers_flush: best_effort(
+            "whether the brokers flush each message",
+            crate::flush::brokers_flush_each_message(options, admin, deadline),
+            false,
+        )?,
     })
+}
+
+/// `answer`, or `unknown` with a warning when the brokers refused it; a
+/// transient error (no answer in time) is returned.
+fn best_effort<T>(fact: &str, answer: Result<T, BusError>, unknown: T) -> Result<T, BusError> {
+    match answer {
+        Err(error) if !error.is_transient() => {
+            tracing::warn!(%error, "kafka: cannot tell {fact}; capabilities promise nothing of it");
+            Ok(unknown)
+        }
+        answer => answer,
+    }
 }
 
 impl Core {
