@@ -89,7 +89,14 @@ impl KafkaBus {
         Self::connect_with(KafkaOptions::from_url(url)?)
     }
 
-    /// Connects with explicit options; creates the manifest topic if missing.
+    /// Connects with explicit options; creates the manifest topic if missing
+    /// and reads what [`EventBus::capabilities`] reports of the cluster.
+    ///
+    /// # Errors
+    /// `Timeout` or `Unavailable` (retryable) when the brokers do not answer
+    /// within [`KafkaOptions::timeout`], the cluster facts included: a bus
+    /// never reports less than the brokers promise because they were slow
+    /// to say it. A fact the brokers refuse (an ACL) reads as unknown.
     pub fn connect_with(options: KafkaOptions) -> Result<Self, BusError> {
         options.validate()?;
         let executor = ConnectorExecutor::with_timeout("bus-kafka", options.timeout + SLACK)?;
