@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bus_core::{BatchRecord, BusError, EventBus, PublishAck};
 use serde_json::{Value, json};
 
-use crate::util::{fetch_all, poll_until};
+use crate::util::{poll_until, try_fetch_all};
 
 /// How a test takes its broker down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,13 +170,27 @@ impl Outcome {
     }
 
     /// Every acknowledged record is stored at its acked offset with its
-    /// value (read through `bus`).
+    /// value (read through `bus`). The outage is over, but the bus may
+    /// still be reconnecting (a restarted Kafka broker on two loaded cores
+    /// once answered the first read with a 3 s `Timeout`): a transient
+    /// error is retried until [`READ_BACK`] has passed.
     ///
     /// # Panics
-    /// On a missing or different record, or a failing fetch.
+    /// On a missing or different record, or a fetch failing past
+    /// [`READ_BACK`] or with an error that is not transient.
     pub fn assert_acked_stored(&self, bus: &dyn EventBus, topic: &str, partitions: u32) {
         let stored: Vec<_> = (0..partitions)
-            .map(|partition| fetch_all(bus, topic, partition, 0))
+            .map(|partition| {
+                poll_until(
+                    "the acked records to read back",
+                    READ_BACK,
+                    || match try_fetch_all(bus, topic, partition, 0) {
+                        Ok(records) => Some(records),
+                        Err(error) if error.is_transient() => None,
+                        Err(error) => panic!("fetch {topic}/{partition} from 0: {error}"),
+                    },
+                )
+            })
             .collect();
         for (ack, value) in &self.acked {
             let found = stored[ack.partition as usize]
@@ -192,6 +206,9 @@ impl Outcome {
         }
     }
 }
+
+/// How long the read-back after an outage may meet transient errors.
+const READ_BACK: Duration = Duration::from_secs(30);
 
 /// Records in each batch of the batch publishers.
 const BATCH: u64 = 100;

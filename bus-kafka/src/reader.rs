@@ -266,7 +266,26 @@ impl Pool {
         let mut out = Vec::with_capacity(max.min(4_096));
         let mut last_error = None;
         let mut quiet_since = Instant::now();
-        while out.len() < max && next < slot.high {
+        // A sequential read trusts the high watermark the last read saw;
+        // records acked since then lie past it, so a read that reaches it
+        // with room left asks the broker once more (a page stopped there
+        // was short in the middle of the log: C5, seen under a cold tier).
+        let mut fresh_high = !sequential;
+        loop {
+            if out.len() >= max {
+                break;
+            }
+            if next >= slot.high {
+                if fresh_high {
+                    break;
+                }
+                fresh_high = true;
+                // Without an answer, the page read so far stands.
+                match self.watermarks(options, topic, partition, deadline) {
+                    Ok((_, high)) if high > next => slot.high = high,
+                    _ => break,
+                }
+            }
             if Instant::now() >= deadline {
                 slot.next = None;
                 return Err(
