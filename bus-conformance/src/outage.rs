@@ -173,11 +173,11 @@ impl Outcome {
     /// value (read through `bus`). The outage is over, but the bus may
     /// still be reconnecting (a restarted Kafka broker on two loaded cores
     /// once answered the first read with a 3 s `Timeout`): a transient
-    /// error is retried until [`READ_BACK`] has passed.
+    /// error is retried for 30 s.
     ///
     /// # Panics
     /// On a missing or different record, or a fetch failing past
-    /// [`READ_BACK`] or with an error that is not transient.
+    /// 30 s or with an error that is not transient.
     pub fn assert_acked_stored(&self, bus: &dyn EventBus, topic: &str, partitions: u32) {
         let stored: Vec<_> = (0..partitions)
             .map(|partition| {
