@@ -141,24 +141,11 @@ impl<B: AsyncEventBus> AsyncEventBus for Traced<B> {
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>, BusError>> {
         let span = op_span!(self, fetch, topic, partition, offset, max);
         #[cfg(feature = "otel")]
-        {
-            let receiving = crate::otel::Receiving::start(self.system, topic, partition);
-            let fetch = self.inner.fetch(topic, partition, offset, max);
-            Box::pin(
-                async move {
-                    let fetched = fetch.await;
-                    receiving.finish_events(&fetched);
-                    fetched
-                }
-                .instrument(span),
-            )
-        }
-        #[cfg(not(feature = "otel"))]
-        Box::pin(
-            self.inner
-                .fetch(topic, partition, offset, max)
-                .instrument(span),
-        )
+        let receiving = crate::otel::Receiving::start(self.system, topic, partition);
+        let fetch = self.inner.fetch(topic, partition, offset, max);
+        #[cfg(feature = "otel")]
+        let fetch = received(fetch, move |fetched| receiving.finish_events(fetched));
+        Box::pin(fetch.instrument(span))
     }
 
     fn find_event_by_uid<'a>(
@@ -199,24 +186,11 @@ impl<B: AsyncEventBus> AsyncEventBus for Traced<B> {
     ) -> BoxFuture<'a, Result<Vec<StoredRecord>, BusError>> {
         let span = op_span!(self, fetch, topic, partition, offset, max);
         #[cfg(feature = "otel")]
-        {
-            let receiving = crate::otel::Receiving::start(self.system, topic, partition);
-            let fetch = self.inner.fetch_with_headers(topic, partition, offset, max);
-            Box::pin(
-                async move {
-                    let fetched = fetch.await;
-                    receiving.finish_records(&fetched);
-                    fetched
-                }
-                .instrument(span),
-            )
-        }
-        #[cfg(not(feature = "otel"))]
-        Box::pin(
-            self.inner
-                .fetch_with_headers(topic, partition, offset, max)
-                .instrument(span),
-        )
+        let receiving = crate::otel::Receiving::start(self.system, topic, partition);
+        let fetch = self.inner.fetch_with_headers(topic, partition, offset, max);
+        #[cfg(feature = "otel")]
+        let fetch = received(fetch, move |fetched| receiving.finish_records(fetched));
+        Box::pin(fetch.instrument(span))
     }
 
     fn offsets<'a>(
@@ -282,4 +256,18 @@ impl<B: AsyncEventBus> AsyncEventBus for Traced<B> {
                 .instrument(span),
         )
     }
+}
+
+/// `fetch` with its `receive` span ended by `finish` on the result
+/// (feature `otel`): the one shape of `fetch` and `fetch_with_headers`.
+#[cfg(feature = "otel")]
+fn received<'a, T: Send + 'a>(
+    fetch: BoxFuture<'a, Result<Vec<T>, BusError>>,
+    finish: impl FnOnce(&Result<Vec<T>, BusError>) + Send + 'a,
+) -> BoxFuture<'a, Result<Vec<T>, BusError>> {
+    Box::pin(async move {
+        let fetched = fetch.await;
+        finish(&fetched);
+        fetched
+    })
 }
