@@ -353,6 +353,71 @@ fn the_callers_traceparent_is_kept_and_a_bad_one_refused() {
     );
 }
 
+/// A batch carries the context too, in every record: `publish_batch`
+/// writes the batch's send span into each record's headers;
+/// `publish_batch_with_headers` into each record without a `traceparent`
+/// of its own (a record's own stays); a bad one refuses the whole batch,
+/// naming the record, nothing stored.
+#[test]
+fn every_record_of_a_batch_carries_the_trace() {
+    exporter();
+    let dir = tempfile::tempdir().unwrap();
+    #[cfg_attr(not(feature = "embedded"), allow(unused_mut))]
+    let mut urls = vec!["memory://".to_owned()];
+    #[cfg(feature = "embedded")]
+    urls.push(format!("file://{}", dir.path().display()));
+    for url in urls {
+        let topic = topic("batch");
+        let bus = bus::open(&url, &Manifest::new([TopicSpec::new(topic.as_str(), 1)])).unwrap();
+        let root = global::tracer("otel-test").start("batch producer");
+        let cx = Context::current_with_span(root);
+        let trace = format!("{}", cx.span().span_context().trace_id());
+        let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let plain: Vec<bus::BatchRecord> = (0..3)
+            .map(|n| bus::BatchRecord::new("k", serde_json::json!({"n": n})))
+            .collect();
+        let with_headers: Vec<bus::BatchRecordWithHeaders> = (3..6)
+            .map(|n| {
+                let headers = if n == 4 {
+                    Headers::try_from_pairs([(TRACEPARENT, own)]).unwrap()
+                } else {
+                    Headers::new()
+                };
+                bus::BatchRecord::new("k", serde_json::json!({"n": n})).with_headers(headers)
+            })
+            .collect();
+        let mut bad = with_headers.clone();
+        bad[1].headers = Headers::try_from_pairs([(TRACEPARENT, "01-zz")]).unwrap();
+        let refused = {
+            let _attached = cx.clone().attach();
+            bus.publish_batch(&topic, &plain).unwrap();
+            bus.publish_batch_with_headers(&topic, &with_headers)
+                .unwrap();
+            bus.publish_batch_with_headers(&topic, &bad).unwrap_err()
+        };
+        cx.span().end();
+        assert!(
+            matches!(&refused, bus::BusError::InvalidArgument { field, .. } if field == "records[1].headers.traceparent"),
+            "{url}: {refused:?}"
+        );
+        let stored = bus.fetch_with_headers(&topic, 0, 0, 100).unwrap();
+        assert_eq!(stored.len(), 6, "{url}: the bad batch stored nothing");
+        for (n, record) in stored.iter().enumerate() {
+            let traceparent = record.headers.get(TRACEPARENT).unwrap_or_else(|| {
+                panic!("{url}: record {n} has no traceparent: {:?}", record.headers)
+            });
+            if n == 4 {
+                assert_eq!(traceparent, own, "{url}: the record's own context stays");
+            } else {
+                assert!(
+                    traceparent.contains(&trace),
+                    "{url}: record {n}: {traceparent} names {trace}"
+                );
+            }
+        }
+    }
+}
+
 /// Durable consumer deliveries get the same span: a child of the record's
 /// creation context.
 #[test]
@@ -423,12 +488,26 @@ fn the_async_surface_carries_the_trace() {
         let cx = Context::current_with_span(root);
         let trace = cx.span().span_context().trace_id();
         let value = serde_json::json!({"n": 1});
-        let publish = {
+        let batch = [bus::BatchRecord::new("k", serde_json::json!({"n": 2}))];
+        let (publish, publish_batch) = {
             let _attached = cx.clone().attach();
-            bus.publish(&topic, "k", &value)
+            (
+                bus.publish(&topic, "k", &value),
+                bus.publish_batch(&topic, &batch),
+            )
         };
         publish.await.unwrap();
+        let batched = publish_batch.await.unwrap()[0].offset;
         cx.span().end();
+        let stored = bus.fetch_with_headers(&topic, 0, batched, 1).await.unwrap();
+        let traceparent = stored[0]
+            .headers
+            .get(TRACEPARENT)
+            .expect("the batch record's traceparent");
+        assert!(
+            traceparent.contains(&format!("{trace}")),
+            "{traceparent} names {trace}"
+        );
         let mut stream = bus
             .subscribe(
                 &topic,

@@ -18,9 +18,16 @@
 //!   `headers.traceparent`, nothing stored. When the caller's headers leave
 //!   no room for the trace context under the [`Headers`] limits, the record
 //!   is published without it and a `warn!` says so.
-//! - **`publish_batch`** runs in a `send <topic>` span with
-//!   `messaging.batch.message_count`; a [`BatchRecord`](crate::BatchRecord)
-//!   has no headers, so no context travels with batch records.
+//! - **A batch** (`publish_batch`, `publish_batch_with_headers`) runs in
+//!   one `send <topic>` span with `messaging.batch.message_count`, and
+//!   every record carries that span's context: `publish_batch` writes it
+//!   into each record's headers (publishing the batch through
+//!   `publish_batch_with_headers` where the bus keeps headers), and
+//!   `publish_batch_with_headers` into each record without a
+//!   `traceparent` of its own. A record's own context stays (the span
+//!   links to it); one that is not W3C refuses the whole batch as
+//!   `InvalidArgument` on `records[i].headers.traceparent`, nothing
+//!   stored.
 //! - **A delivery** of a [`Subscription`](crate::Subscription), a
 //!   [`SubscriptionStream`](crate::SubscriptionStream) or a durable
 //!   [`Consumer`](crate::consumer::Consumer) starts a `CONSUMER` span

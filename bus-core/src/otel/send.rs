@@ -5,7 +5,7 @@ use opentelemetry::trace::{Span as _, SpanKind, Status};
 use opentelemetry::{Context, KeyValue, global::BoxedSpan};
 
 use super::{TRACEPARENT, TRACESTATE, error_type, start, w3c};
-use crate::{BusError, Headers, PublishAck};
+use crate::{BatchRecord, BatchRecordWithHeaders, BusError, Headers, PublishAck};
 
 /// One publish (or batch) in its `send` span.
 pub(crate) struct Sending {
@@ -45,29 +45,97 @@ impl Sending {
             system,
             headers: None,
         };
+        sending.headers = sending.carry(topic, headers, inject, "headers.traceparent")?;
+        Ok(sending)
+    }
+
+    /// The headers a record published in this span carries: `None` to
+    /// publish `headers` as they are (the caller's own `traceparent`,
+    /// which stays and is linked, or no context to add), else `headers`
+    /// with this span's context.
+    ///
+    /// # Errors
+    /// `InvalidArgument` on `field` when the caller's own `traceparent`
+    /// is not W3C.
+    fn carry(
+        &mut self,
+        topic: &str,
+        headers: &Headers,
+        inject: bool,
+        field: &str,
+    ) -> Result<Option<Headers>, BusError> {
         if let Some(given) = headers.get(TRACEPARENT) {
             // The caller's creation context is kept as it is.
             let creation = w3c::parse(given, headers.get(TRACESTATE)).map_err(|why| {
                 let error = BusError::invalid(
-                    "headers.traceparent",
+                    field,
                     format!(
                         "{given:?} is not a W3C traceparent ({why}); leave it out and the bus writes the current span's"
                     ),
                 );
-                sending.fail(&error);
+                self.fail(&error);
                 error
             })?;
-            if recording {
-                sending.span.add_link(creation, Vec::new());
+            if self.span.is_recording() {
+                self.span.add_link(creation, Vec::new());
             }
-        } else if inject && sending.span.span_context().is_valid() {
-            sending.headers = with_context(topic, headers, sending.span.span_context());
+            Ok(None)
+        } else if inject && self.span.span_context().is_valid() {
+            Ok(with_context(topic, headers, self.span.span_context()))
+        } else {
+            Ok(None)
         }
-        Ok(sending)
     }
 
-    /// Starts the span for a batch of `records` records (no context
-    /// travels: batch records have no headers).
+    /// The records of a batch publish of `publish_batch`, each with this
+    /// span's context in its headers; `None` to publish them as they are
+    /// (the bus keeps no headers, or the span has no valid context).
+    pub(crate) fn batch_records(
+        &mut self,
+        topic: &str,
+        records: &[BatchRecord],
+        inject: bool,
+    ) -> Option<Vec<BatchRecordWithHeaders>> {
+        if !inject || !self.span.span_context().is_valid() {
+            return None;
+        }
+        let headers = with_context(topic, &Headers::new(), self.span.span_context())?;
+        Some(
+            records
+                .iter()
+                .map(|record| record.clone().with_headers(headers.clone()))
+                .collect(),
+        )
+    }
+
+    /// The records of a batch publish of `publish_batch_with_headers`,
+    /// each without a `traceparent` of its own given this span's context;
+    /// `None` to publish them as they are. A record's own context stays
+    /// and is linked, as in a single publish.
+    ///
+    /// # Errors
+    /// `InvalidArgument` on `records[i].headers.traceparent` when a
+    /// record's own `traceparent` is not W3C (nothing is published).
+    pub(crate) fn batch_headers(
+        &mut self,
+        topic: &str,
+        records: &[BatchRecordWithHeaders],
+        inject: bool,
+    ) -> Result<Option<Vec<BatchRecordWithHeaders>>, BusError> {
+        let mut carried: Option<Vec<BatchRecordWithHeaders>> = None;
+        for (i, record) in records.iter().enumerate() {
+            let field = format!("records[{i}].headers.traceparent");
+            if let Some(headers) = self.carry(topic, &record.headers, inject, &field)? {
+                let all = carried.get_or_insert_with(|| records.to_vec());
+                all[i].headers = headers;
+            }
+        }
+        Ok(carried)
+    }
+
+    /// Starts the span for a batch of `records` records; the records'
+    /// headers get its context from [`Sending::batch_records`] or
+    /// [`Sending::batch_headers`].
     pub(crate) fn batch(system: &'static str, topic: &str, records: usize) -> Self {
         let mut span = start(system, "send", SpanKind::Producer, &Context::current());
         if span.is_recording() {

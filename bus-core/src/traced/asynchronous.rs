@@ -104,11 +104,16 @@ impl<B: AsyncEventBus> AsyncEventBus for Traced<B> {
         let span = op_span!(self, publish_batch, topic, records.len());
         #[cfg(feature = "otel")]
         {
-            let sending = crate::otel::Sending::batch(self.system, topic, records.len());
-            let batch = self.inner.publish_batch(topic, records);
+            let mut sending = crate::otel::Sending::batch(self.system, topic, records.len());
+            let carried = sending.batch_records(topic, records, self.keeps_headers);
             Box::pin(
                 async move {
-                    let acks = batch.await;
+                    let acks = match carried {
+                        Some(carried) => {
+                            self.inner.publish_batch_with_headers(topic, &carried).await
+                        }
+                        None => self.inner.publish_batch(topic, records).await,
+                    };
                     sending.finish_batch(&acks);
                     acks
                 }
@@ -125,6 +130,26 @@ impl<B: AsyncEventBus> AsyncEventBus for Traced<B> {
         records: &'a [BatchRecordWithHeaders],
     ) -> BoxFuture<'a, Result<Vec<PublishAck>, BusError>> {
         let span = op_span!(self, publish_batch, topic, records.len());
+        #[cfg(feature = "otel")]
+        {
+            let mut sending = crate::otel::Sending::batch(self.system, topic, records.len());
+            let carried = match sending.batch_headers(topic, records, self.keeps_headers) {
+                Ok(carried) => carried,
+                Err(error) => return Box::pin(std::future::ready(Err(error))),
+            };
+            Box::pin(
+                async move {
+                    let acks = self
+                        .inner
+                        .publish_batch_with_headers(topic, carried.as_deref().unwrap_or(records))
+                        .await;
+                    sending.finish_batch(&acks);
+                    acks
+                }
+                .instrument(span),
+            )
+        }
+        #[cfg(not(feature = "otel"))]
         Box::pin(
             self.inner
                 .publish_batch_with_headers(topic, records)

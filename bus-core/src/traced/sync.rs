@@ -130,11 +130,17 @@ impl<B: EventBus> EventBus for Traced<B> {
     ) -> Result<Vec<PublishAck>, BusError> {
         op_span!(self, publish_batch, topic, records.len()).in_scope(|| {
             #[cfg(feature = "otel")]
-            let sending = crate::otel::Sending::batch(self.system, topic, records.len());
-            let acks = self.inner.publish_batch(topic, records);
-            #[cfg(feature = "otel")]
-            sending.finish_batch(&acks);
-            acks
+            {
+                let mut sending = crate::otel::Sending::batch(self.system, topic, records.len());
+                let acks = match sending.batch_records(topic, records, self.keeps_headers) {
+                    Some(carried) => self.inner.publish_batch_with_headers(topic, &carried),
+                    None => self.inner.publish_batch(topic, records),
+                };
+                sending.finish_batch(&acks);
+                acks
+            }
+            #[cfg(not(feature = "otel"))]
+            self.inner.publish_batch(topic, records)
         })
     }
 
@@ -145,8 +151,20 @@ impl<B: EventBus> EventBus for Traced<B> {
         topic: &str,
         records: &[BatchRecordWithHeaders],
     ) -> Result<Vec<PublishAck>, BusError> {
-        op_span!(self, publish_batch, topic, records.len())
-            .in_scope(|| self.inner.publish_batch_with_headers(topic, records))
+        op_span!(self, publish_batch, topic, records.len()).in_scope(|| {
+            #[cfg(feature = "otel")]
+            {
+                let mut sending = crate::otel::Sending::batch(self.system, topic, records.len());
+                let carried = sending.batch_headers(topic, records, self.keeps_headers)?;
+                let acks = self
+                    .inner
+                    .publish_batch_with_headers(topic, carried.as_deref().unwrap_or(records));
+                sending.finish_batch(&acks);
+                acks
+            }
+            #[cfg(not(feature = "otel"))]
+            self.inner.publish_batch_with_headers(topic, records)
+        })
     }
 
     fn subscribe(
