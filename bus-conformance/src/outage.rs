@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bus_core::{BatchRecord, BusError, EventBus, PublishAck};
+use bus_core::{BatchRecord, BusError, EventBus, PublishAck, StoredEvent};
 use serde_json::{Value, json};
 
-use crate::util::{poll_until, try_fetch_all};
+use crate::util::poll_until;
 
 /// How a test takes its broker down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,26 +171,18 @@ impl Outcome {
 
     /// Every acknowledged record is stored at its acked offset with its
     /// value (read through `bus`). The outage is over, but the bus may
-    /// still be reconnecting (a restarted Kafka broker on two loaded cores
-    /// once answered the first read with a 3 s `Timeout`): a transient
-    /// error is retried for 30 s.
+    /// still be reconnecting, and a restarted Kafka broker on two loaded
+    /// cores answers some reads with a 3 s `Timeout`: a page that fails
+    /// with a transient error is asked again (the read goes on from where
+    /// it stopped), until no page has come for 30 s.
     ///
     /// # Panics
-    /// On a missing or different record, or a fetch failing past
-    /// 30 s or with an error that is not transient.
+    /// On a missing or different record, a fetch failing with an error
+    /// that is not transient, or no progress for 30 s (naming the last
+    /// error).
     pub fn assert_acked_stored(&self, bus: &dyn EventBus, topic: &str, partitions: u32) {
         let stored: Vec<_> = (0..partitions)
-            .map(|partition| {
-                poll_until(
-                    "the acked records to read back",
-                    READ_BACK,
-                    || match try_fetch_all(bus, topic, partition, 0) {
-                        Ok(records) => Some(records),
-                        Err(error) if error.is_transient() => None,
-                        Err(error) => panic!("fetch {topic}/{partition} from 0: {error}"),
-                    },
-                )
-            })
+            .map(|partition| read_back(bus, topic, partition))
             .collect();
         for (ack, value) in &self.acked {
             let found = stored[ack.partition as usize]
@@ -207,8 +199,34 @@ impl Outcome {
     }
 }
 
-/// How long the read-back after an outage may meet transient errors.
+/// How long the read-back after an outage may go without a page.
 const READ_BACK: Duration = Duration::from_secs(30);
+
+/// Every record of `partition`, in pages of 100; a page that fails with a
+/// transient error is asked again until [`READ_BACK`] passes without one.
+fn read_back(bus: &dyn EventBus, topic: &str, partition: u32) -> Vec<StoredEvent> {
+    let mut records: Vec<StoredEvent> = Vec::new();
+    let mut progress = Instant::now();
+    loop {
+        let from = records.last().map_or(0, |last| last.offset + 1);
+        match bus.fetch(topic, partition, from, 100) {
+            Ok(page) if page.is_empty() => return records,
+            Ok(page) => {
+                assert!(page[0].offset >= from, "fetch went backwards");
+                records.extend(page);
+                progress = Instant::now();
+            }
+            Err(error) if error.is_transient() => {
+                assert!(
+                    progress.elapsed() < READ_BACK,
+                    "fetch {topic}/{partition} from {from}: no page for {READ_BACK:?}, the last error: {error}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => panic!("fetch {topic}/{partition} from {from}: {error}"),
+        }
+    }
+}
 
 /// Records in each batch of the batch publishers.
 const BATCH: u64 = 100;

@@ -135,7 +135,14 @@ fn a_durable_consumer_goes_on_after_a_broker_kill() {
             ConsumeOptions::default().ack_wait(Duration::from_secs(5)),
         )
     };
-    let mut consumer = open().unwrap_or_else(|e| panic!("consume: {e}"));
+    // A broker that just started answers the cursor's transactional
+    // producer with retryable errors until it has loaded its transaction
+    // state (past the 3 s timeout on loaded cores).
+    let mut consumer = poll_until("the first consume", WAIT, || match open() {
+        Ok(consumer) => Some(consumer),
+        Err(e) if e.is_transient() => None,
+        Err(e) => panic!("consume: {e}"),
+    });
     let mut tally = common::Tally::default();
     let mut failures = 0u64;
     let deadline = Instant::now() + WAIT;

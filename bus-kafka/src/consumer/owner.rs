@@ -75,9 +75,7 @@ impl TxnWriter {
         let producer: BaseProducer = config
             .create()
             .map_err(|error| map_error(&options, "creating the cursor producer", error))?;
-        producer
-            .init_transactions(options.timeout)
-            .map_err(|error| map_error(&options, "taking the consumer's cursor", error))?;
+        init_transactions(&producer, &options)?;
         Ok(Self {
             producer,
             cursor_topic: store.topic.clone(),
@@ -154,6 +152,29 @@ impl TxnWriter {
 
 /// Whether a transaction error leaves the producer unusable (fenced by a
 /// newer epoch of its `transactional.id`, above all).
+/// `init_transactions` within the bus's timeout, asked again while the
+/// broker answers with an error librdkafka marks retriable (a broker that
+/// just started answers `NOT_COORDINATOR` until it has loaded its
+/// transaction state, as Kafka's own clients retry it).
+fn init_transactions(producer: &BaseProducer, options: &KafkaOptions) -> Result<(), BusError> {
+    let deadline = Instant::now() + options.timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match producer.init_transactions(left) {
+            Ok(()) => return Ok(()),
+            Err(KafkaError::Transaction(ref inner))
+                if inner.is_retriable() && Instant::now() + RETRY_PAUSE < deadline =>
+            {
+                std::thread::sleep(RETRY_PAUSE);
+            }
+            Err(error) => return Err(map_error(options, "taking the consumer's cursor", error)),
+        }
+    }
+}
+
+/// The pause before `init_transactions` is asked again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 fn fatal(error: &KafkaError) -> bool {
     matches!(error, KafkaError::Transaction(inner) if inner.is_fatal())
 }
