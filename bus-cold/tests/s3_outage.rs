@@ -6,6 +6,7 @@
 //! the same way, the same tier archives again once the server is back,
 //! nothing is archived twice or half, and every archived record reads back
 //! exactly.
+#![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
 mod common;
 
