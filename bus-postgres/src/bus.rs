@@ -9,8 +9,8 @@ use bus_core::backend::Plan;
 use bus_core::{
     BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, DedupHorizon, EventBus, Headers,
     Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent, StoredRecord,
-    SubscribeOptions, Subscription, backend::ConnectorExecutor, backend::uid_partition,
-    backend::validate_uid,
+    SubscribeOptions, Subscription, backend::ConnectorExecutor, backend::check_partition,
+    backend::uid_partition, backend::validate_uid,
 };
 
 use crate::errors::pool;
@@ -243,6 +243,17 @@ impl EventBus for PostgresBus {
     }
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
         self.core.offsets(topic, partition)
+    }
+    /// Moves the partition's recorded log start up to `offset` (never past
+    /// the counter) and deletes the rows below it, in one statement under
+    /// the counter row's lock (C24): reads then begin there, and a row
+    /// missing above it is still damage.
+    fn delete_below(&self, topic: &str, partition: u32, offset: u64) -> Result<u64, BusError> {
+        let topic = self.core.topic(topic)?;
+        check_partition(&topic.spec.name, partition, topic.spec.partitions)?;
+        self.core.run("delete below", move |shared| async move {
+            fetch::delete_below(&shared, &topic, partition, offset).await
+        })
     }
     fn publish_batch(
         &self,

@@ -179,12 +179,12 @@ pub(crate) async fn fetch(
         ));
     };
     let next = number(first_row.get(6));
-    // The log starts at 0 unless retention expires a prefix: then at the
-    // first record (or the counter when none is left).
-    let start = match topic.spec.retention_ms {
-        None => 0,
-        Some(_) => first_row.get::<_, Option<i64>>(7).map_or(next, number),
-    };
+    let start = log_start(
+        topic,
+        next,
+        number(first_row.get(9)),
+        first_row.get::<_, Option<i64>>(7),
+    );
     let mut expected = from.max(start);
     let mut events = Vec::with_capacity(rows.len());
     // The authentic prefix is returned; the next fetch starts at the
@@ -289,12 +289,46 @@ pub(crate) async fn offsets(
             )
         })?;
     let next = number(row.get(0));
-    // As fetch reads it: from 0 unless retention expires a prefix.
-    let first = match topic.spec.retention_ms {
-        None => 0,
-        Some(_) => row.get::<_, Option<i64>>(1).map_or(next, number).min(next),
-    };
+    let first = log_start(
+        topic,
+        next,
+        number(row.get(2)),
+        row.get::<_, Option<i64>>(1),
+    );
     Ok(PartitionOffsets { first, next })
+}
+
+/// Where a partition's log begins: its recorded log start (0 until
+/// `delete_below` moved it up), and on a topic with retention the first
+/// record at or above it (the counter when none is left), as retention
+/// expires a prefix without recording it. Never past the counter.
+fn log_start(topic: &Topic, next: u64, recorded: u64, first_record: Option<i64>) -> u64 {
+    let start = match topic.spec.retention_ms {
+        None => recorded,
+        Some(_) => first_record.map_or(next, number).max(recorded),
+    };
+    start.min(next)
+}
+
+/// Drops the records of `partition` below `offset` and moves its log
+/// start there (never down, never past the counter): C24's
+/// `delete_below`, what a cold tier's archiver calls. Returns the rows
+/// dropped.
+pub(crate) async fn delete_below(
+    shared: &Shared,
+    topic: &Topic,
+    partition: u32,
+    offset: u64,
+) -> Result<u64, BusError> {
+    let part = i32::try_from(partition).unwrap_or(i32::MAX);
+    let client = shared.pool.get().await.map_err(pool)?;
+    client
+        .execute(
+            &shared.sql.delete_below,
+            &[&topic.id, &part, &sql_number(offset)],
+        )
+        .await
+        .map_err(|e| pg("delete below", &e))
 }
 
 /// Deletes the records of `topic` stored before `now_ms - retention`: per

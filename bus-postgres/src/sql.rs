@@ -3,13 +3,16 @@
 //! Tables (schema version 1):
 //! - `meta(name, value)`: the `schema_version` row.
 //! - `topics`: one row per provisioned topic, its manifest properties.
-//! - `partitions(topic_id, partition, next_offset)`: the offset counter; its
-//!   row lock (`FOR UPDATE`) serializes the writers of a partition, across
-//!   processes, so offsets come out gap-free in commit order.
+//! - `partitions(topic_id, partition, next_offset, log_start)`: the offset
+//!   counter; its row lock (`FOR UPDATE`) serializes the writers of a
+//!   partition, across processes, so offsets come out gap-free in commit
+//!   order. `log_start` (C24, 0 until `delete_below` moves it up, never
+//!   past the counter) is where the log begins: rows below it were dropped
+//!   on purpose (archived to a cold tier), not lost.
 //! - `records`: primary key `(topic_id, partition, offset)`, offsets never
 //!   negative (a `CHECK`, added `NOT VALID` to tables made before it). The
-//!   log of a partition is the offsets from its first record (0 on a topic
-//!   without retention) up to the counter, without holes: a row past the
+//!   log of a partition is the offsets from its log start (or, on a topic
+//!   with retention, its first record above it) up to the counter, without holes: a row past the
 //!   counter is not part of it (a foreign writer's; the bus writes a slot
 //!   such a row occupies off as damage and stores past it), a missing row
 //!   within it is damage. The first authentic record of a UID (by offset)
@@ -56,6 +59,10 @@ pub struct Sql {
     pub(crate) records_table: String,
     /// Adds the headers column (C25) to a records table made before it.
     pub(crate) add_headers: String,
+    /// `"schema".partitions`, to ask whether it lacks the log start column.
+    pub(crate) partitions_table: String,
+    /// Adds the log start column (C24) to a partitions table made before it.
+    pub(crate) add_log_start: String,
     pub(crate) create: String,
     pub(crate) topic_by_name: String,
     pub(crate) topic_names: String,
@@ -74,6 +81,7 @@ pub struct Sql {
     pub(crate) offsets: String,
     pub(crate) first_young: String,
     pub(crate) expire: String,
+    pub(crate) delete_below: String,
 }
 
 impl Sql {
@@ -86,6 +94,10 @@ impl Sql {
             meta_table: format!("{s}.meta"),
             records_table: format!("{s}.records"),
             add_headers: format!("ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS headers jsonb"),
+            partitions_table: format!("{s}.partitions"),
+            add_log_start: format!(
+                "ALTER TABLE {s}.partitions ADD COLUMN IF NOT EXISTS log_start bigint NOT NULL DEFAULT 0"
+            ),
             version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
             create: format!(
                 "CREATE SCHEMA IF NOT EXISTS {s};
@@ -126,6 +138,7 @@ impl Sql {
                      END IF;
                  END $$;
                  ALTER TABLE {s}.records ADD COLUMN IF NOT EXISTS headers jsonb;
+                 ALTER TABLE {s}.partitions ADD COLUMN IF NOT EXISTS log_start bigint NOT NULL DEFAULT 0;
                  CREATE UNIQUE INDEX IF NOT EXISTS records_claim
                      ON {s}.records (topic_id, partition, claim) WHERE claim IS NOT NULL;
                  CREATE INDEX IF NOT EXISTS records_uid
@@ -204,14 +217,14 @@ impl Sql {
             fetch: format!(
                 "SELECT r.\"offset\", r.key, r.uid, r.value, r.tag, r.stored_at, p.next_offset,
                         (SELECT m.\"offset\" FROM {s}.records m
-                         WHERE m.topic_id = $1 AND m.partition = $2 AND m.\"offset\" >= 0
+                         WHERE m.topic_id = $1 AND m.partition = $2 AND m.\"offset\" >= p.log_start
                          ORDER BY m.\"offset\" LIMIT 1),
-                        r.headers::text
+                        r.headers::text, p.log_start
                  FROM {s}.partitions p
                  LEFT JOIN LATERAL (
                      SELECT \"offset\", key, uid, value, tag, stored_at, headers FROM {s}.records
                      WHERE topic_id = $1 AND partition = $2
-                       AND \"offset\" >= $3::bigint AND \"offset\" < p.next_offset
+                       AND \"offset\" >= GREATEST($3::bigint, p.log_start) AND \"offset\" < p.next_offset
                      ORDER BY \"offset\" LIMIT $4) r ON true
                  WHERE p.topic_id = $1 AND p.partition = $2
                  ORDER BY r.\"offset\""
@@ -222,13 +235,16 @@ impl Sql {
                    AND r.\"offset\" > $4::bigint
                    AND r.\"offset\" < (SELECT p.next_offset FROM {s}.partitions p
                                       WHERE p.topic_id = $1 AND p.partition = $2)
+                   AND r.\"offset\" >= (SELECT p.log_start FROM {s}.partitions p
+                                       WHERE p.topic_id = $1 AND p.partition = $2)
                  ORDER BY r.\"offset\" LIMIT {FIND_PAGE}"
             ),
             offsets: format!(
                 "SELECT p.next_offset,
                         (SELECT r.\"offset\" FROM {s}.records r
-                         WHERE r.topic_id = $1 AND r.partition = $2 AND r.\"offset\" >= 0
-                         ORDER BY r.\"offset\" LIMIT 1)
+                         WHERE r.topic_id = $1 AND r.partition = $2 AND r.\"offset\" >= p.log_start
+                         ORDER BY r.\"offset\" LIMIT 1),
+                        p.log_start
                  FROM {s}.partitions p WHERE p.topic_id = $1 AND p.partition = $2"
             ),
             first_young: format!(
@@ -238,6 +254,17 @@ impl Sql {
             ),
             expire: format!(
                 "DELETE FROM {s}.records WHERE topic_id = $1 AND partition = $2 AND \"offset\" < $3"
+            ),
+            // One statement: the counter row's lock (the UPDATE) orders it
+            // with the partition's writers; the log start only moves up, and
+            // never past the counter.
+            delete_below: format!(
+                "WITH p AS (
+                     UPDATE {s}.partitions SET log_start = GREATEST(log_start, LEAST($3::bigint, next_offset))
+                     WHERE topic_id = $1 AND partition = $2
+                     RETURNING log_start)
+                 DELETE FROM {s}.records r USING p
+                 WHERE r.topic_id = $1 AND r.partition = $2 AND r.\"offset\" < p.log_start"
             ),
         }
     }
@@ -276,7 +303,7 @@ impl Sql {
 
     /// `$1` topic id, `$2` partition, `$3` first offset, `$4` limit →
     /// `offset, key, uid, value, tag, stored_at, next_offset, first_offset,
-    /// headers` in offset order, below the counter; one row with the record columns
+    /// headers, log_start` in offset order, below the counter; one row with the record columns
     /// `NULL` when there is none.
     pub fn fetch(&self) -> &str {
         &self.fetch

@@ -46,32 +46,40 @@ pub(crate) async fn check_version(
     add_headers_column(shared, client).await
 }
 
-/// Every read names the headers column (C25), so a records table made
-/// before it gets it when a bus connects, not only at the next provision
-/// (a bus that only reads old records failed with "column headers does not
-/// exist"). Asked first: ALTER TABLE would take the table's exclusive lock
-/// on every connect. A nullable column is a catalog change (no rewrite),
-/// and NULL reads as "no headers", so old rows read and verify as before.
+/// Every read names the headers column (C25) and the log start (C24), so
+/// tables made before them get them when a bus connects, not only at the
+/// next provision (a bus that only reads old records failed with "column
+/// headers does not exist"). Asked first: ALTER TABLE would take the
+/// table's exclusive lock on every connect. Both are catalog changes (no
+/// rewrite): a NULL headers column reads as "no headers", so old rows read
+/// and verify as before, and a log start of 0 is where every log began.
 async fn add_headers_column(shared: &Shared, client: &impl GenericClient) -> Result<(), BusError> {
-    let missing = client
-        .query_one(
-            "SELECT to_regclass($1) IS NOT NULL AND NOT EXISTS (
-                 SELECT 1 FROM pg_attribute
-                 WHERE attrelid = to_regclass($1) AND attname = 'headers' AND NOT attisdropped)",
-            &[&shared.sql.records_table],
-        )
-        .await
-        .map_err(|e| pg("headers column check", &e))?;
-    if missing.get::<_, bool>(0) {
-        client
-            .batch_execute(&shared.sql.add_headers)
+    for (table, column, add, what) in [
+        (
+            &shared.sql.records_table,
+            "headers",
+            &shared.sql.add_headers,
+            "adding the headers column (C25) to a table made before it",
+        ),
+        (
+            &shared.sql.partitions_table,
+            "log_start",
+            &shared.sql.add_log_start,
+            "adding the log start column (C24) to a table made before it",
+        ),
+    ] {
+        let missing = client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL AND NOT EXISTS (
+                     SELECT 1 FROM pg_attribute
+                     WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)",
+                &[table, &column],
+            )
             .await
-            .map_err(|e| {
-                pg(
-                    "adding the headers column (C25) to a table made before it",
-                    &e,
-                )
-            })?;
+            .map_err(|e| pg("column check", &e))?;
+        if missing.get::<_, bool>(0) {
+            client.batch_execute(add).await.map_err(|e| pg(what, &e))?;
+        }
     }
     Ok(())
 }

@@ -520,3 +520,68 @@ fn records_of_the_previous_version_still_read() {
     ));
     assert!(refused.is_err(), "a negative offset was stored");
 }
+
+/// C24: `delete_below` records where the log starts and drops the rows
+/// below it; reads begin there (a row written below it by SQL is not read
+/// and not damage), it never moves down or past the counter, and a row
+/// deleted above it is still `Corrupt` naming it.
+#[test]
+fn delete_below_moves_the_log_start_and_damage_above_it_is_still_named() {
+    let Some(schema) = Schema::new("delete_below") else {
+        return;
+    };
+    let bus = schema.keyed_bus();
+    for i in 0..6 {
+        bus.publish_idempotent("t", "k", &json!({"i": i}), &format!("u{i}"))
+            .expect("publish");
+    }
+    assert_eq!(bus.delete_below("t", 0, 3).expect("delete below"), 3);
+    assert_eq!(bus.offsets("t", 0).expect("offsets").first, 3);
+    assert_eq!(
+        offsets_of(&bus.fetch("t", 0, 0, 10).expect("from 0")),
+        [3, 4, 5]
+    );
+    assert_eq!(
+        offsets_of(&bus.fetch("t", 0, 1, 2).expect("from 1")),
+        [3, 4]
+    );
+    assert_eq!(bus.find_event_by_uid("t", "k", "u1").expect("find"), None);
+    assert_eq!(bus.delete_below("t", 0, 1).expect("never down"), 0);
+    assert_eq!(bus.offsets("t", 0).expect("offsets").first, 3);
+
+    // A copy of record 3 written below the log start is neither read nor damage.
+    schema.sql(&format!(
+        "INSERT INTO {{s}}.records (topic_id, partition, \"offset\", key, uid, value, tag, stored_at)
+         SELECT topic_id, partition, 1, key, uid, value, tag, stored_at FROM {ROWS} AND \"offset\" = 3"
+    ));
+    assert_eq!(
+        offsets_of(&bus.fetch("t", 0, 0, 10).expect("from 0")),
+        [3, 4, 5]
+    );
+    assert_eq!(
+        bus.find_event_by_uid("t", "k", "u3")
+            .expect("find")
+            .map(|ack| ack.offset),
+        Some(3)
+    );
+    // A row deleted above the log start is a gap named by fetch.
+    schema.sql(&format!("DELETE FROM {ROWS} AND \"offset\" = 4"));
+    assert_eq!(
+        offsets_of(&bus.fetch("t", 0, 0, 10).expect("before the gap")),
+        [3]
+    );
+    corrupt_at(bus.fetch("t", 0, 4, 10), 4);
+
+    // Never past the counter: the log is empty at 6, and goes on there (the
+    // rows dropped: 3, 5 and the copy at 1).
+    assert_eq!(bus.delete_below("t", 0, 100).expect("past the head"), 3);
+    let offsets = bus.offsets("t", 0).expect("offsets");
+    assert_eq!((offsets.first, offsets.next), (6, 6));
+    assert_eq!(bus.fetch("t", 0, 0, 10).expect("empty").len(), 0);
+    assert_eq!(bus.publish("t", "k", &json!(6)).expect("publish").offset, 6);
+    assert_eq!(offsets_of(&bus.fetch("t", 0, 0, 10).expect("new")), [6]);
+    assert!(matches!(
+        bus.delete_below("t", 1, 0),
+        Err(BusError::UnknownPartition { .. })
+    ));
+}
