@@ -19,15 +19,22 @@
 #      (bus-kafka/tests/cluster_faults.rs), each on clusters of their own,
 #      run in scripts/test.sh with the rest of the workspace; with
 #      BUS_CLUSTER_FAULTS=all they run here too.
-# The clusters it starts are stopped and wiped on exit. Extra args go to cargo test.
+# The clusters it starts are stopped and wiped on exit. The tests are the binaries of
+# scripts/test.sh's build (`cargo test --workspace --all-features`; built here when missing),
+# run as cargo test runs them. Extra args go to cargo's build (e.g. -j 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=lib/test-bins.sh
+. scripts/lib/test-bins.sh
+bins="$(mktemp)"
+test_binaries "$bins" "$@"
 
 base="${BUS_NATS_CLUSTER_BASE:-24222}"
 kbase="${BUS_KAFKA_CLUSTER_BASE:-29092}"
 cleanup() {
   scripts/nats-cluster.sh wipe "$base" >&2 || true
   [ "${BUS_KAFKA_CLUSTER:-1}" = 0 ] || scripts/kafka-cluster.sh wipe "$kbase" >&2 || true
+  rm -f "$bins"
 }
 trap cleanup EXIT
 scripts/nats-cluster.sh wipe "$base" >&2
@@ -36,24 +43,27 @@ export "$exports" BUS_REQUIRE_BROKERS=1 BUS_REPLICATION_FACTOR=3
 echo "test-clusters.sh: $exports BUS_REPLICATION_FACTOR=3" >&2
 
 t0=$(date +%s)
-cargo test -p bus-nats --test conformance --test consumers "$@"
+run_binary "$bins" bus-nats conformance
+run_binary "$bins" bus-nats consumers
 t1=$(date +%s)
 if [ "${BUS_KAFKA_CLUSTER:-1}" != 0 ]; then
   scripts/kafka-cluster.sh wipe "$kbase" >&2
   kexports="$(scripts/kafka-cluster.sh start "$kbase")"
   echo "test-clusters.sh: $kexports BUS_REPLICATION_FACTOR=3" >&2
-  env "$kexports" cargo test -p bus-kafka --test conformance --test consumers --test replication "$@"
+  for target in conformance consumers replication; do
+    (export "$kexports" && run_binary "$bins" bus-kafka "$target")
+  done
   scripts/kafka-cluster.sh wipe "$kbase" >&2
 fi
 tk=$(date +%s)
 case "${BUS_CLUSTER_FAULTS:-1}" in
   0) ;;
   all)
-    cargo test -p bus-nats --test cluster_faults "$@" -- --include-ignored --test-threads 1 --nocapture
-    cargo test -p bus-kafka --test cluster_faults "$@" -- --nocapture
+    run_binary "$bins" bus-nats cluster_faults --include-ignored --test-threads 1 --nocapture
+    run_binary "$bins" bus-kafka cluster_faults --nocapture
     ;;
   *)
-    cargo test -p bus-nats --test cluster_faults "$@" -- --ignored --nocapture
+    run_binary "$bins" bus-nats cluster_faults --ignored --nocapture
     ;;
 esac
 t2=$(date +%s)

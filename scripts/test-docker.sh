@@ -27,9 +27,9 @@ export BUS_NATS_IMAGE="${BUS_NATS_IMAGE:-bus-nats:2.15.1}"
 export BUS_KAFKA_IMAGE="${BUS_KAFKA_IMAGE:-bus-kafka:4.4.0}"
 export BUS_POSTGRES_IMAGE="${BUS_POSTGRES_IMAGE:-bus-postgres:15}"
 # The workspace's own build of test.sh (--workspace --all-features, which has the
-# testcontainers feature): reused as is, where a `-p bus-nats` build would unify features
-# differently and recompile dependencies.
-BUILD=(--workspace --all-features)
+# testcontainers feature; scripts/lib/test-bins.sh): reused as is.
+# shellcheck source=lib/test-bins.sh
+. "$SCRIPT_DIR/lib/test-bins.sh"
 declare -A TEST_BIN CONSUMERS_BIN
 T_ALL="$(now_ms)"
 STEPS=()
@@ -45,24 +45,15 @@ step() {
   return "$rc"
 }
 
-# compile: build the conformance test binaries, note those of bus-nats and bus-kafka.
+# compile: find (or build) the workspace's test binaries, note the conformance and consumers
+# binaries of bus-nats, bus-kafka and bus-postgres.
 compile() {
-  local json
-  json="$(cargo test "${BUILD[@]}" --test conformance --test consumers --no-run --message-format=json-render-diagnostics "${EXTRA[@]}")" || return 1
-  eval "$(printf '%s\n' "$json" | python3 -c '
-import json, os, shlex, sys
-maps = {"conformance": "TEST_BIN", "consumers": "CONSUMERS_BIN"}
-for line in sys.stdin:
-    m = json.loads(line)
-    name = m.get("target", {}).get("name")
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and name in maps:
-        crate = os.path.basename(os.path.dirname(m["manifest_path"]))
-        print("%s[%s]=%s" % (maps[name], shlex.quote(crate), shlex.quote(m["executable"])))
-')"
+  BINS="$(mktemp)"
+  test_binaries "$BINS" "${EXTRA[@]}" || return 1
   local crate
   for crate in bus-nats bus-kafka bus-postgres; do
-    [ -n "${TEST_BIN[$crate]:-}" ] && [ -n "${CONSUMERS_BIN[$crate]:-}" ] \
-      || { log "no conformance or consumers binary found for $crate"; return 1; }
+    TEST_BIN[$crate]="$(binary_of "$BINS" "$crate" conformance)" || return 1
+    CONSUMERS_BIN[$crate]="$(binary_of "$BINS" "$crate" consumers)" || return 1
   done
   log "conformance binaries: ${TEST_BIN[bus-nats]} ${TEST_BIN[bus-kafka]} ${TEST_BIN[bus-postgres]}"
 }
@@ -103,7 +94,7 @@ cleanup() {
     [ -z "$left" ] || { log "left behind: $left"; docker ps -a >&2; rc=1; }
     scripts/docker.sh stop || rc=1
   fi
-  rm -f "${EXPORTS:-}"
+  rm -f "${EXPORTS:-}" "${BINS:-}"
   summary
   exit "$rc"
 }
