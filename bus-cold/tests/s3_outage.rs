@@ -36,12 +36,16 @@ struct Server {
 }
 
 impl Server {
-    /// Four free ports whose gRPC twins (port + 10000) are free too.
+    /// Four free ports whose gRPC twins (port + 10000) are free too, all
+    /// below the kernel's ephemeral range (32768 and up), so no client
+    /// connection of another test takes one before the server binds it.
     fn new() -> Self {
         let mut ports = Vec::new();
+        let mut pick = u16::try_from(std::process::id() % 2_000).unwrap_or(0);
         while ports.len() < 4 {
-            let port = free_port();
-            if port < 55_000 && port_free(port + 10_000) && !ports.contains(&port) {
+            pick = (pick + 7) % 2_000;
+            let port = 20_000 + pick;
+            if port_free(port) && port_free(port + 10_000) && !ports.contains(&port) {
                 ports.push(port);
             }
         }
@@ -126,13 +130,6 @@ fn poll_until(what: &str, deadline: Duration, condition: impl Fn() -> bool) {
         );
         std::thread::park_timeout(Duration::from_millis(50));
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap()
 }
 
 fn port_free(port: u16) -> bool {

@@ -166,3 +166,58 @@ pub fn steal_ticks() -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// The ports the tests' own servers (brokers, clusters, S3) listen on:
+/// below Linux's ephemeral range (32768 and up), so a client connection of
+/// another test cannot take one between the check and the server's bind (a
+/// port the kernel handed out by binding port 0 was taken that way by a
+/// test in another lane, CI rehearsal of 2026-12-07), and clear of the
+/// fixed ports of the scripts (24222.., 26000.., 29092..).
+const TEST_PORTS: std::ops::Range<u16> = 20_000..24_000;
+
+/// A port of [`TEST_PORTS`] nothing listens on, never handed out twice in
+/// one process.
+///
+/// # Panics
+/// When no port of the range is free.
+#[must_use]
+pub fn free_port() -> u16 {
+    free_base(&[0])
+}
+
+/// A port `base` of [`TEST_PORTS`] such that `base + offset` is free for
+/// every offset (a cluster's broker and controller ports), chosen at
+/// random so concurrent test processes rarely try the same; none of them
+/// handed out before in this process.
+///
+/// # Panics
+/// When no such base is free.
+#[must_use]
+pub fn free_base(offsets: &[u16]) -> u16 {
+    static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut taken = lock_taken(&TAKEN);
+    let span = offsets.iter().copied().max().unwrap_or(0);
+    let width = u32::from(TEST_PORTS.end - TEST_PORTS.start - span);
+    for _ in 0..2_000 {
+        let pick = u32::try_from(uuid::Uuid::new_v4().as_u128() % u128::from(width)).unwrap_or(0);
+        let base = TEST_PORTS.start + u16::try_from(pick).unwrap_or(0);
+        let ports: Vec<u16> = offsets.iter().map(|offset| base + offset).collect();
+        if ports.iter().any(|port| taken.contains(port)) {
+            continue;
+        }
+        if ports
+            .iter()
+            .all(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        {
+            taken.extend(ports);
+            return base;
+        }
+    }
+    panic!("no free ports in {TEST_PORTS:?} for offsets {offsets:?}");
+}
+
+fn lock_taken(taken: &std::sync::Mutex<Vec<u16>>) -> std::sync::MutexGuard<'_, Vec<u16>> {
+    taken
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

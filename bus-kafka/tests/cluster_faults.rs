@@ -140,15 +140,7 @@ impl Drop for Cluster {
 
 /// A base port with base+0..2 and base+100..102 free.
 fn free_base() -> u16 {
-    let seed = u16::try_from(std::process::id() % 2000).unwrap_or(0);
-    (0..200)
-        .map(|step| 31_000 + (seed * 7 + step * 13) % 8_000)
-        .find(|&base| {
-            [0, 1, 2, 100, 101, 102]
-                .iter()
-                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
-        })
-        .expect("a free port range")
+    bus_conformance::util::free_base(&[0, 1, 2, 100, 101, 102])
 }
 
 /// A bus on the cluster with `timeout`, its manifest topic `manifest`.

@@ -18,7 +18,7 @@
 //!
 //! Short by default (CI: 2 cuts); `BUS_POWER_ROUNDS=50 cargo test -p
 //! bus-kafka --test power_cut_cluster -- --nocapture` is the long run.
-//! Ports: 26000–27902 (`free_base`), a range no other test uses. Needs
+//! Ports: `bus_conformance::util::free_base` (below the ephemeral range). Needs
 //! root, `/dev/fuse`, Java and the cached Kafka jars (skips loudly without;
 //! fails with `BUS_REQUIRE_BROKERS=1`).
 
@@ -49,19 +49,10 @@ const LEAD_WAIT: Duration = Duration::from_secs(30);
 const EXTRA: &str =
     "auto.leader.rebalance.enable=true\nleader.imbalance.check.interval.seconds=1\n";
 
-/// A base port with base+0..2 and base+100..102 free, in 26000..27902
-/// (cluster_faults.rs uses 31000 and up, the cluster scripts 24222 and
-/// 29092 and up).
+/// A base port with base+0..2 and base+100..102 free (brokers and
+/// controllers), below the ephemeral range.
 fn free_base() -> u16 {
-    let seed = u16::try_from(std::process::id() % 1800).unwrap_or(0);
-    (0..200)
-        .map(|step| 26_000 + (seed * 7 + step * 13) % 1_800)
-        .find(|&base| {
-            [0, 1, 2, 100, 101, 102]
-                .iter()
-                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
-        })
-        .expect("a free port range")
+    bus_conformance::util::free_base(&[0, 1, 2, 100, 101, 102])
 }
 
 /// The cluster; node 0 (Kafka's node 1) is the one on the mount.

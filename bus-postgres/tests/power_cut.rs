@@ -31,10 +31,7 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh")
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
-}
+use bus_conformance::util::free_port;
 
 /// A cluster with its data directory on the mount.
 struct Cluster {

@@ -3,7 +3,6 @@
 //! plaintext listener or a SASL_SSL one (its own CA and certificate, made
 //! with openssl, and users for PLAIN and SCRAM).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -33,12 +32,9 @@ pub fn java() -> PathBuf {
     )
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
+// Not every test binary that shares this module starts a server.
+#[allow(unused_imports)]
+pub use bus_conformance::util::free_port;
 
 /// A Kafka cluster id: 16 random bytes, URL-safe base64 without padding.
 pub fn cluster_id() -> String {

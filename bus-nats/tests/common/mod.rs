@@ -36,10 +36,9 @@ pub fn server_binary() -> Option<PathBuf> {
     cached.pop()
 }
 
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
-}
+// Not every test binary that shares this module starts a server.
+#[allow(unused_imports)]
+pub use bus_conformance::util::free_port;
 
 /// Starts nats-server with JetStream on 127.0.0.1:`port`, storing in
 /// `store`, with `extra` appended to its configuration file.

@@ -22,10 +22,9 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh")
 }
 
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
-}
+// Not every test binary that shares this module starts a server.
+#[allow(unused_imports)]
+pub use bus_conformance::util::free_port;
 
 fn run(args: &[&str]) -> Result<String, String> {
     run_with(args, "")
