@@ -27,6 +27,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use crate::client::{Delivery, Reply, Ticket};
 use crate::errors::{map_error, timed_out};
+use crate::locate::{self, Delivered};
 use crate::publish::{Prepared, prepare_all, to_record};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, KafkaOptions, client, cluster_facts, topics};
@@ -166,15 +167,16 @@ where
 /// order (a full queue is retried after an async pause, so none overtakes
 /// another) and their delivery reports awaited until `deadline`.
 async fn produce_async(
-    core: &Core,
+    core: &Arc<Core>,
     topic: &str,
     records: &[Prepared],
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
+    let since_ms = crate::publish::now_ms_i64();
     let kind = Delivery::Plain;
     let producer = core.producer(kind);
     let (reply, mut replies) = futures::channel::mpsc::unbounded();
-    let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
+    let mut out: Vec<Option<Delivered>> = Vec::new();
     out.resize_with(records.len(), || None);
     let mut outstanding = 0usize;
     for (index, slot) in out.iter_mut().enumerate() {
@@ -215,18 +217,42 @@ async fn produce_async(
             continue;
         };
         *slot = Some(match outcome {
-            Ok(offset) => u64::try_from(offset)
-                .map_err(|_| BusError::backend("kafka", "delivery report without an offset")),
+            Ok(offset) => Ok(u64::try_from(offset).ok()),
             Err(error) => {
                 core.heal_producer(kind, &producer);
                 Err(map_error(&core.options, "publish", error))
             }
         });
     }
-    let out: Vec<Result<u64, BusError>> = out
+    let delivered: Vec<Delivered> = out
         .into_iter()
         .map(|outcome| outcome.unwrap_or_else(|| Err(timed_out(&core.options, "publish"))))
         .collect();
+    // Records stored without an offset in their reports are read back
+    // (crate::locate), which blocks: on the blocking pool.
+    let out = if delivered.iter().any(|outcome| matches!(outcome, Ok(None))) {
+        let (shared, owned_topic, owned) = (Arc::clone(core), topic.to_owned(), records.to_vec());
+        let count = owned.len();
+        off_runtime("publish", move || {
+            Ok(locate::resolve(
+                &shared,
+                &owned_topic,
+                &owned,
+                delivered,
+                since_ms,
+                deadline,
+            ))
+        })
+        .await
+        .unwrap_or_else(|_| {
+            (0..count)
+                .map(|_| Err(timed_out(&core.options, "publish (reading records back)")))
+                .collect()
+        })
+    } else {
+        // Every offset known: no I/O.
+        locate::resolve(core, topic, records, delivered, since_ms, deadline)
+    };
     crate::publish::stored(topic, records, &out);
     out
 }

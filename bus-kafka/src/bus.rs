@@ -61,6 +61,8 @@ pub(crate) struct Core {
     pub(crate) registry: Mutex<Registry>,
     pub(crate) pool: reader::Pool,
     pub(crate) partitions: Mutex<HashMap<(String, u32), Arc<dedup::PartitionState>>>,
+    /// Offsets found by reading back records reported without one.
+    pub(crate) claimed: crate::locate::Claimed,
     pub(crate) auth: RwLock<Option<RecordAuth>>,
     /// The broker enforces `retention.ms` within seconds.
     pub(crate) native_retention: bool,
@@ -144,6 +146,7 @@ impl KafkaBus {
                 registry: Mutex::new(Registry::open(&options)?),
                 pool: reader::Pool::new(&options)?,
                 partitions: Mutex::new(HashMap::new()),
+                claimed: crate::locate::Claimed::default(),
                 auth: RwLock::new(None),
                 native_retention: facts.native_retention,
                 brokers: facts.brokers,

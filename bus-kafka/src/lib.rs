@@ -11,6 +11,9 @@ mod fetch;
 mod flush;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod locate;
+#[cfg(test)]
+mod locate_check;
 mod options;
 mod publish;
 mod reader;

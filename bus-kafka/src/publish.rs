@@ -13,6 +13,7 @@ use rdkafka::producer::BaseRecord;
 
 use crate::client::{Delivery, Late, Reply, Ticket, remaining};
 use crate::errors::{map_error, timed_out};
+use crate::locate::{self, Delivered};
 use crate::reader::{TAG_HEADER, UID_HEADER};
 use crate::registry::Entry;
 use crate::{Core, KafkaBus, dedup};
@@ -64,8 +65,10 @@ pub(crate) fn prepare(
 }
 
 /// Produces `records` in order (librdkafka batches them) and waits for every
-/// delivery report until `deadline`; one offset or error per record. A
-/// record's report also goes to its slot in `lates`, if any.
+/// delivery report until `deadline`; one offset or error per record (a
+/// record reported stored without an offset is found by reading it back,
+/// see [`crate::locate`]). A record's report also goes to its slot in
+/// `lates`, if any.
 pub(crate) fn produce(
     core: &Core,
     topic: &str,
@@ -73,11 +76,18 @@ pub(crate) fn produce(
     lates: &[Option<Arc<Late>>],
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
-    let out = deliver(core, records.len(), lates, deadline, |index, ticket| {
+    let since_ms = now_ms_i64();
+    let delivered = deliver(core, records.len(), lates, deadline, |index, ticket| {
         to_record(topic, &records[index], ticket)
     });
+    let out = locate::resolve(core, topic, records, delivered, since_ms, deadline);
     stored(topic, records, &out);
     out
+}
+
+/// The wall clock in epoch milliseconds, as Kafka timestamps count.
+pub(crate) fn now_ms_i64() -> i64 {
+    i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX)
 }
 
 /// Counts the records of `records` whose delivery succeeded (metrics).
@@ -133,14 +143,15 @@ pub(crate) fn to_record<'a>(
 /// Enqueues `count` records made by `make` strictly in order (retrying the
 /// same record while librdkafka's queue is full, so none overtakes another)
 /// and collects their delivery reports (copied to `lates[i]` when set; a
-/// record never enqueued gets its error there).
+/// record never enqueued gets its error there). `Ok(None)` is a record
+/// stored whose report had no offset.
 pub(crate) fn deliver<'a>(
     core: &Core,
     count: usize,
     lates: &[Option<Arc<Late>>],
     deadline: Instant,
     make: impl Fn(usize, Box<Ticket>) -> BaseRecord<'a, str, [u8], Box<Ticket>>,
-) -> Vec<Result<u64, BusError>> {
+) -> Vec<Delivered> {
     // Only UID records are tracked past their call: they go through the
     // producer that keeps trying through a failover.
     let kind = if lates.is_empty() {
@@ -150,7 +161,7 @@ pub(crate) fn deliver<'a>(
     };
     let producer = core.producer(kind);
     let (reply, replies) = std::sync::mpsc::channel();
-    let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
+    let mut out: Vec<Option<Delivered>> = Vec::new();
     out.resize_with(count, || None);
     let mut outstanding = 0usize;
     for (index, slot) in out.iter_mut().enumerate() {
@@ -191,8 +202,7 @@ pub(crate) fn deliver<'a>(
         };
         outstanding -= 1;
         out[index] = Some(match outcome {
-            Ok(offset) => u64::try_from(offset)
-                .map_err(|_| BusError::backend("kafka", "delivery report without an offset")),
+            Ok(offset) => Ok(u64::try_from(offset).ok()),
             Err(error) => {
                 core.heal_producer(kind, &producer);
                 Err(map_error(&core.options, "publish", error))
@@ -299,22 +309,24 @@ fn publish_deduplicated(
     }
     let slot_of = |partition: u32| partitions.binary_search(&partition).ok();
     let auth = core.auth();
-    for (&partition, guard) in partitions.iter().zip(guards.iter_mut()) {
-        let checker = crate::dedup::Checker {
+    let catch_up = |guard: &mut dedup::IndexGuard<'_>, partition: u32| {
+        let checker = dedup::Checker {
             topic: &entry.spec.name,
             partition,
             auth: auth.as_ref(),
         };
-        let partition = i32::try_from(partition).unwrap_or(i32::MAX);
         guard.settle();
         guard.catch_up(
             core,
             &entry.kafka_topic,
-            partition,
+            i32::try_from(partition).unwrap_or(i32::MAX),
             entry.spec.dedup_window_ms,
             deadline,
             checker,
-        )?;
+        )
+    };
+    for (&partition, guard) in partitions.iter().zip(guards.iter_mut()) {
+        catch_up(guard, partition)?;
     }
     // Which records are new, and which repeat (a stored or an earlier UID).
     let mut out: Vec<Option<Result<u64, BusError>>> = Vec::new();
@@ -336,9 +348,18 @@ fn publish_deduplicated(
                 match late.wait_until(deadline) {
                     Some(Ok(offset)) => {
                         guards[slot].settle();
-                        out[i] = Some(u64::try_from(offset).map_err(|_| {
-                            BusError::backend("kafka", "delivery report without an offset")
-                        }));
+                        out[i] = Some(match u64::try_from(offset) {
+                            Ok(offset) => Ok(offset),
+                            // Stored, reported without an offset
+                            // (crate::locate): the index finds its UID.
+                            Err(_) => {
+                                catch_up(&mut guards[slot], record.partition).and_then(|()| {
+                                    guards[slot].get(uid).ok_or_else(|| {
+                                        timed_out(&core.options, "publish (finding a stored UID)")
+                                    })
+                                })
+                            }
+                        });
                         continue;
                     }
                     Some(Err(_)) => guards[slot].settle(),

@@ -1,0 +1,216 @@
+//! Where a record went when librdkafka reports it stored without an offset
+//! (contracts C3, C4, C8).
+//!
+//! The idempotent producer acknowledges a record with no offset in two
+//! cases, both after a produce request timed out or its connection dropped
+//! and librdkafka retried it: the broker answers the retry
+//! `DUPLICATE_SEQUENCE_NUMBER` (the first attempt was written), or a later
+//! request of the same producer succeeds and acknowledges the earlier ones
+//! implicitly. The record is stored, so failing the publish would invite the
+//! caller to publish it a second time; the bus reads the partition's newest
+//! records back instead and finds the record by what it stored: key, value,
+//! UID, tag and headers, appended no earlier than the publish began (less a
+//! clock slack, the broker stamps `LogAppendTime`). Records of one call are
+//! matched in produce order, between the offsets the call's other records
+//! on the partition were reported at (the idempotent producer keeps a
+//! partition's records in order), and an offset this bus already handed out
+//! this way is never handed out twice, so identical records published at
+//! once get distinct offsets.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use bus_core::BusError;
+
+use crate::Core;
+use crate::publish::Prepared;
+use crate::reader::RawMessage;
+use bus_core::backend::sync::lock;
+
+/// How much earlier than the publish began the broker's clock may stamp a
+/// record (bus and broker hosts' clocks differ).
+const CLOCK_SLACK_MS: i64 = 60_000;
+/// Records read per step, newest page first.
+const PAGE: u64 = 2_000;
+/// The most records read back for one call: a record acknowledged moments
+/// ago is among the newest, unless a flood of other records followed it.
+const SCAN_LIMIT: u64 = 1_000_000;
+
+/// Offsets handed out by [`resolve`], per Kafka topic and partition.
+pub(crate) type Claimed = std::sync::Mutex<HashSet<(String, u32, u64)>>;
+
+/// One outcome of a delivery: the offset, `None` when the record is stored
+/// but its report had no offset, or the error.
+pub(crate) type Delivered = Result<Option<u64>, BusError>;
+
+/// Turns `outcomes` (one per record of `records`, produced to `kafka_topic`
+/// from `since_ms` on) into offsets, finding those the delivery reports
+/// left out; a record not found by `deadline` is a `Timeout` (it is stored:
+/// a retry with its UID gets it back).
+pub(crate) fn resolve(
+    core: &Core,
+    kafka_topic: &str,
+    records: &[Prepared],
+    outcomes: Vec<Delivered>,
+    since_ms: i64,
+    deadline: Instant,
+) -> Vec<Result<u64, BusError>> {
+    let mut unknown: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (index, outcome) in outcomes.iter().enumerate() {
+        if matches!(outcome, Ok(None)) {
+            unknown
+                .entry(records[index].partition)
+                .or_default()
+                .push(index);
+        }
+    }
+    let known = |index: usize| match outcomes[index] {
+        Ok(Some(offset)) => Some((records[index].partition, offset)),
+        _ => None,
+    };
+    let mut found: HashMap<usize, Result<u64, BusError>> = HashMap::new();
+    for (partition, indices) in unknown {
+        let wanted: Vec<Wanted<'_>> = indices
+            .iter()
+            .map(|&i| Wanted {
+                record: &records[i],
+                above: (0..i)
+                    .filter_map(known)
+                    .filter(|(p, _)| *p == partition)
+                    .map(|(_, offset)| offset)
+                    .max(),
+                below: (i + 1..outcomes.len())
+                    .filter_map(known)
+                    .filter(|(p, _)| *p == partition)
+                    .map(|(_, offset)| offset)
+                    .min(),
+            })
+            .collect();
+        let offsets = locate(core, kafka_topic, partition, &wanted, since_ms, deadline);
+        for (position, &index) in indices.iter().enumerate() {
+            let offset = match &offsets {
+                Ok(offsets) => offsets[position].ok_or_else(|| not_found(core, None)),
+                Err(error) => Err(not_found(core, Some(error))),
+            };
+            found.insert(index, offset);
+        }
+    }
+    outcomes
+        .into_iter()
+        .enumerate()
+        .map(|(index, outcome)| match outcome {
+            Ok(Some(offset)) => Ok(offset),
+            Ok(None) => found
+                .remove(&index)
+                .unwrap_or_else(|| Err(not_found(core, None))),
+            Err(error) => Err(error),
+        })
+        .collect()
+}
+
+/// The error of a stored record whose offset could not be found (a
+/// `Timeout`: the outcome is known only to a retry with the record's UID),
+/// with the error that stopped the read-back, if one did.
+fn not_found(core: &Core, cause: Option<&BusError>) -> BusError {
+    let what = match cause {
+        None => "publish (the broker stored the record without reporting its offset, and it was not found reading back)".to_owned(),
+        Some(cause) => format!("publish (the broker stored the record without reporting its offset, and reading back failed: {cause})"),
+    };
+    crate::errors::timed_out(&core.options, &what)
+}
+
+/// A record to find, strictly between the offsets its call's neighbours
+/// on the partition were reported at.
+struct Wanted<'a> {
+    record: &'a Prepared,
+    above: Option<u64>,
+    below: Option<u64>,
+}
+
+/// The offsets of `records` (all on `partition`, in produce order), `None`
+/// for one not found among the partition's newest records.
+fn locate(
+    core: &Core,
+    kafka_topic: &str,
+    partition: u32,
+    records: &[Wanted<'_>],
+    since_ms: i64,
+    deadline: Instant,
+) -> Result<Vec<Option<u64>>, BusError> {
+    let options = &core.options;
+    let kafka_partition = i32::try_from(partition).unwrap_or(i32::MAX);
+    let (low, high) = core
+        .pool
+        .watermarks(options, kafka_topic, kafka_partition, deadline)?;
+    let oldest = since_ms.saturating_sub(CLOCK_SLACK_MS);
+    // Matching records newest page first, until a page is all older than
+    // the publish.
+    let mut candidates: Vec<(u64, Vec<usize>)> = Vec::new();
+    let mut end = high;
+    while end > low && high - end < SCAN_LIMIT {
+        let start = low.max(end.saturating_sub(PAGE));
+        let count = usize::try_from(end - start).unwrap_or(usize::MAX);
+        let page = core.pool.read(
+            options,
+            kafka_topic,
+            kafka_partition,
+            start,
+            count,
+            deadline,
+            |message| {
+                let fresh = message.timestamp.is_none_or(|t| t >= oldest);
+                let matching: Vec<usize> = records
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, wanted)| fresh && same(wanted.record, &message))
+                    .map(|(i, _)| i)
+                    .collect();
+                (message.offset, fresh, matching)
+            },
+        )?;
+        let any_fresh = page.iter().any(|(_, fresh, _)| *fresh);
+        candidates.extend(
+            page.into_iter()
+                .filter(|(offset, _, matching)| *offset < end && !matching.is_empty())
+                .map(|(offset, _, matching)| (offset, matching)),
+        );
+        if !any_fresh {
+            break;
+        }
+        end = start;
+    }
+    candidates.sort_unstable_by_key(|(offset, _)| *offset);
+    let mut claimed = lock(&core.claimed);
+    let mut out = vec![None; records.len()];
+    // The offset of the call's previous record found here.
+    let mut floor = None;
+    for (slot, (found, wanted)) in out.iter_mut().zip(records).enumerate() {
+        let above = floor.max(wanted.above);
+        let hit = candidates.iter().find(|(offset, matching)| {
+            above.is_none_or(|above| *offset > above)
+                && wanted.below.is_none_or(|below| *offset < below)
+                && matching.contains(&slot)
+                && !claimed.contains(&(kafka_topic.to_owned(), partition, *offset))
+        });
+        if let Some(&(offset, _)) = hit {
+            claimed.insert((kafka_topic.to_owned(), partition, offset));
+            *found = Some(offset);
+            floor = Some(offset);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `message` holds what `record` stored.
+fn same(record: &Prepared, message: &RawMessage<'_>) -> bool {
+    message.key == record.key.as_bytes()
+        && message.value.unwrap_or_default() == record.value.as_slice()
+        && message.uid == record.uid.as_deref()
+        && message.tag == record.tag.as_deref().map(str::as_bytes)
+        && message.headers.len() == record.headers.len()
+        && message.headers.iter().zip(record.headers.iter()).all(
+            |((name, value), (want_name, want_value))| {
+                *name == want_name && *value == want_value.as_bytes()
+            },
+        )
+}

@@ -1,0 +1,161 @@
+//! The read-back of records the broker stored but reported without an
+//! offset ([`crate::locate`]), against the broker of `BUS_KAFKA_BROKERS`.
+//! The reports themselves come from librdkafka's retries under load (the
+//! failure CI met in C9's sixty-four threads); here the records are stored
+//! by the bus, so their true offsets are known, and then handed to the
+//! read-back as if their reports had had none.
+
+use std::time::{Duration, Instant};
+
+use bus_core::backend::BatchItem;
+use bus_core::{BusError, EventBus, Headers, Manifest, TopicSpec};
+use serde_json::json;
+
+use crate::locate::resolve;
+use crate::publish::{Prepared, now_ms_i64, prepare_all};
+use crate::{KafkaBus, KafkaOptions};
+
+/// A bus on its own manifest topic and its options, or `None` (a loud
+/// skip) without a broker.
+fn bus(test: &str) -> Option<(KafkaBus, KafkaOptions)> {
+    let brokers = match bus_conformance::brokers::kafka_brokers() {
+        Ok(brokers) => brokers,
+        Err(why) => {
+            assert!(
+                !bus_conformance::brokers_required(),
+                "{test}: BUS_REQUIRE_BROKERS=1 but {}",
+                why.0
+            );
+            bus_conformance::loud(&format!("SKIPPED kafka::{test}: {}", why.0));
+            return None;
+        }
+    };
+    let id = bus_conformance::namespace_id(12);
+    let options = KafkaOptions::new(brokers.trim().split(',').map(str::to_owned))
+        .manifest_topic(format!("bus-test-manifest-{id}"));
+    let bus = KafkaBus::connect_with(options.clone()).unwrap_or_else(|e| panic!("connect: {e}"));
+    Some((bus, options))
+}
+
+/// `items` as the bus prepares them for `topic`.
+fn prepared(bus: &KafkaBus, topic: &str, items: &[BatchItem<'_>]) -> (String, Vec<Prepared>) {
+    let entry = bus.entry(topic).unwrap_or_else(|e| panic!("entry: {e}"));
+    let prepared = prepare_all(None, &entry, items).unwrap_or_else(|e| panic!("{e}"));
+    (entry.kafka_topic, prepared)
+}
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+fn offsets(found: Vec<Result<u64, BusError>>) -> Vec<u64> {
+    found
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("resolve: {e}")))
+        .collect()
+}
+
+#[test]
+fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
+    let Some((bus, options)) = bus("records_reported_without_an_offset_are_found") else {
+        return;
+    };
+    let topic = format!("locate-{}", bus_conformance::namespace_id(8));
+    bus.provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    let since = now_ms_i64();
+    let headers = Headers::try_from_pairs([("trace", "t-1")]).unwrap_or_else(|e| panic!("{e}"));
+    let none = Headers::new();
+    let (same, other) = (json!({ "n": 1 }), json!({ "n": 2 }));
+    let item = |value, uid, headers| BatchItem {
+        key: "k",
+        value,
+        uid,
+        headers,
+    };
+    // Identical records, one with headers, one with a UID.
+    let items = [
+        item(&same, None, &none),
+        item(&same, None, &none),
+        item(&same, None, &headers),
+        item(&other, Some("u-1"), &none),
+    ];
+    let acks = bus
+        .publish_many(&topic, &items)
+        .unwrap_or_else(|e| panic!("publish_many: {e}"));
+    let want: Vec<u64> = acks.iter().map(|ack| ack.offset).collect();
+    let (kafka_topic, records) = prepared(&bus, &topic, &items);
+    // No report had an offset: the identical records get distinct offsets,
+    // in produce order.
+    let found = resolve(
+        &bus.core,
+        &kafka_topic,
+        &records,
+        (0..4).map(|_| Ok(None)).collect(),
+        since,
+        deadline(),
+    );
+    assert_eq!(offsets(found), want);
+    // Handed out once: the same records reported again are not found, and
+    // that is a timeout (stored, offset unknown), never a wrong offset.
+    let again = resolve(
+        &bus.core,
+        &kafka_topic,
+        &records[..2],
+        (0..2).map(|_| Ok(None)).collect(),
+        since,
+        deadline(),
+    );
+    assert!(
+        again
+            .iter()
+            .all(|r| matches!(r, Err(BusError::Timeout { .. }))),
+        "{again:?}"
+    );
+    // A record appended before the publish began (less the clock slack)
+    // is not the one looked for.
+    let later = since + 120_000;
+    let other_bus = KafkaBus::connect_with(options).unwrap_or_else(|e| panic!("connect: {e}"));
+    let late = resolve(
+        &other_bus.core,
+        &kafka_topic,
+        &records[3..],
+        vec![Ok(None)],
+        later,
+        deadline(),
+    );
+    assert!(
+        matches!(late[..], [Err(BusError::Timeout { .. })]),
+        "{late:?}"
+    );
+    // A record the call's neighbours' offsets bound: another bus (nothing
+    // handed out yet) told that the first record was stored at its offset
+    // finds the second after it, not the identical first.
+    let outcomes = vec![Ok(Some(want[0])), Ok(None)];
+    let found = resolve(
+        &other_bus.core,
+        &kafka_topic,
+        &records[..2],
+        outcomes,
+        since,
+        deadline(),
+    );
+    assert_eq!(offsets(found), want[..2]);
+    // A record never stored is not found either; an error passes through.
+    let (_, never) = prepared(&bus, &topic, &[item(&json!({ "n": 3 }), None, &none)]);
+    let failed = || BusError::backend("kafka", "refused");
+    let records = [never[0].clone(), never[0].clone()];
+    let got = resolve(
+        &bus.core,
+        &kafka_topic,
+        &records,
+        vec![Ok(None), Err(failed())],
+        since,
+        deadline(),
+    );
+    assert!(matches!(got[0], Err(BusError::Timeout { .. })), "{got:?}");
+    assert_eq!(
+        got[1].as_ref().err().map(ToString::to_string),
+        Some(failed().to_string())
+    );
+}
