@@ -39,7 +39,7 @@ pub(crate) fn dir_name(topic: &str) -> String {
     out
 }
 
-fn partition_dir(topic_dir: &Path, partition: u32) -> PathBuf {
+pub(crate) fn partition_dir(topic_dir: &Path, partition: u32) -> PathBuf {
     topic_dir.join(format!("p{partition:04}"))
 }
 

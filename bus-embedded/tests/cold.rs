@@ -393,3 +393,166 @@ fn reads_racing_retention_at_the_boundary_are_gap_free() {
     );
     assert_eq!(fetch_all(&bus, "race", 0, 0, 100).len() as u64, RECORDS);
 }
+
+/// A topic archived on one machine, its directory lost, and restored into
+/// a new directory from the tier alone: the same history from offset 0,
+/// publishing at the next offsets, and the tier still named after a reopen.
+#[test]
+fn a_new_directory_is_restored_from_the_cold_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, location) in locations(dir.path()) {
+        let topic = format!("restored-{name}");
+        let mut spec = TopicSpec::new(&topic, 2);
+        spec.retention_ms = Some(1);
+        let headers = bus_core::Headers::try_from_pairs([("trace", "t-1")]).unwrap();
+        let (before, with_headers, ends) = {
+            let old = dir.path().join(format!("old-{name}"));
+            let bus = EmbeddedBus::open_with(&old, Options::default().segment_bytes(4096)).unwrap();
+            bus.set_control_key(KEY).unwrap();
+            bus.provision(&Manifest::new([spec.clone()])).unwrap();
+            for n in 0..600 {
+                let value = json!({"n": n, "metadata": {"uid": format!("u-{n}")}});
+                if n % 7 == 0 {
+                    bus.publish_with_headers(
+                        &topic,
+                        &format!("k{}", n % 5),
+                        &value,
+                        None,
+                        &headers,
+                    )
+                    .unwrap();
+                } else {
+                    bus.publish(&topic, &format!("k{}", n % 5), &value).unwrap();
+                }
+            }
+            cold::attach(&bus, &topic, &location).unwrap();
+            assert_eq!(cold::archive_all(&bus, &topic).unwrap(), 600, "{name}");
+            let before: Vec<Vec<StoredEvent>> =
+                (0..2).map(|p| fetch_all(&bus, &topic, p, 0, 100)).collect();
+            let ends: Vec<u64> = (0..2)
+                .map(|p| bus.offsets(&topic, p).unwrap().next)
+                .collect();
+            let with_headers = bus.fetch_with_headers(&topic, 0, 0, 600).unwrap();
+            drop(bus);
+            std::fs::remove_dir_all(&old).unwrap();
+            (before, with_headers, ends)
+        };
+
+        let new = dir.path().join(format!("new-{name}"));
+        let bus = EmbeddedBus::open(&new).unwrap();
+        bus.set_control_key(KEY).unwrap();
+        assert_eq!(
+            cold::restore(&bus, &spec, &location).unwrap(),
+            ends,
+            "{name}"
+        );
+        for p in 0..2u32 {
+            let offsets = bus.offsets(&topic, p).unwrap();
+            assert_eq!(offsets.next, ends[p as usize], "{name} p{p}: next offset");
+            same(
+                &fetch_all(&bus, &topic, p, 0, 77),
+                &before[p as usize],
+                &format!("{name} p{p}: restored history"),
+            );
+        }
+        assert_eq!(
+            bus.fetch_with_headers(&topic, 0, 0, 600).unwrap(),
+            with_headers,
+            "{name}: headers and stored_at"
+        );
+        // Publishing continues at the next offset of its partition.
+        let ack = bus.publish(&topic, "k1", &json!({"n": 600})).unwrap();
+        assert_eq!(ack.offset, ends[ack.partition as usize], "{name}");
+        // A restore is not a provision: the topic exists now.
+        assert!(
+            matches!(
+                cold::restore(&bus, &spec, &location),
+                Err(bus_core::BusError::Conflict { .. })
+            ),
+            "{name}: restore over a provisioned topic"
+        );
+        drop(bus);
+        // Reopened: the restored topic still reads its history from the tier.
+        let bus = EmbeddedBus::open(&new).unwrap();
+        bus.set_control_key(KEY).unwrap();
+        let mut want = before[ack.partition as usize].clone();
+        want.extend(bus.fetch(&topic, ack.partition, ack.offset, 1).unwrap());
+        same(
+            &fetch_all(&bus, &topic, ack.partition, 0, 500),
+            &want,
+            &format!("{name}: after reopen"),
+        );
+    }
+}
+
+/// What a restore refuses, each before it writes anything: a tier without
+/// the topic, a spec with fewer partitions than the tier, a damaged newest
+/// object.
+#[test]
+fn a_restore_that_cannot_be_done_leaves_no_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let tier_dir = dir.path().join("tier");
+    let location = format!("file://{}", tier_dir.display());
+    let topic = "refused";
+    {
+        let bus = EmbeddedBus::open(dir.path().join("old")).unwrap();
+        bus.provision(&Manifest::new([TopicSpec::new(topic, 3)]))
+            .unwrap();
+        for n in 0..90 {
+            bus.publish(topic, &format!("k{n}"), &json!({"n": n}))
+                .unwrap();
+        }
+        cold::attach(&bus, topic, &location).unwrap();
+        cold::archive_all(&bus, topic).unwrap();
+    }
+    let new = dir.path().join("new");
+    let bus = EmbeddedBus::open(&new).unwrap();
+    let no_topic = |bus: &EmbeddedBus, what: &str| {
+        assert!(bus.topics().is_empty(), "{what}: a topic was made");
+        let topics_dir = new.join("topics");
+        let left: Vec<_> = std::fs::read_dir(&topics_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{what}: left {left:?}");
+    };
+    // Another topic's name: the tier holds nothing of it.
+    match cold::restore(&bus, &TopicSpec::new("other", 3), &location) {
+        Err(bus_core::BusError::InvalidArgument { reason, .. }) => {
+            assert!(reason.contains("holds nothing"), "{reason}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    no_topic(&bus, "another topic");
+    // Fewer partitions than the tier holds.
+    match cold::restore(&bus, &TopicSpec::new(topic, 2), &location) {
+        Err(bus_core::BusError::InvalidArgument { field, .. }) => {
+            assert_eq!(field, "spec.partitions");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    no_topic(&bus, "fewer partitions");
+    // The newest object of partition 1 cut short.
+    let objects = tier_dir.join(topic).join("1").join("objects");
+    let newest = std::fs::read_dir(&objects)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max()
+        .unwrap();
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() / 2]).unwrap();
+    match cold::restore(&bus, &TopicSpec::new(topic, 3), &location) {
+        Err(bus_core::BusError::Corrupt { location, .. }) => {
+            assert!(
+                location.contains(&format!("cold range {topic}/1")),
+                "{location}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    no_topic(&bus, "a damaged object");
+    // Repaired, the same restore succeeds.
+    std::fs::write(&newest, &bytes).unwrap();
+    let ends = cold::restore(&bus, &TopicSpec::new(topic, 3), &location).unwrap();
+    assert_eq!(ends.iter().sum::<u64>(), 90);
+}

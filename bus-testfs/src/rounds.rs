@@ -95,8 +95,8 @@ pub struct Tally {
     pub holes: usize,
     /// Unsynced pages the cuts dropped.
     pub pages_dropped: u64,
-    /// The server did not start again after the last cut (the rounds
-    /// ended there; every ack counted lost).
+    /// The server did not start again, or started and no bus connected,
+    /// after the last cut (the rounds ended there; every ack counted lost).
     pub server_lost: bool,
 }
 
@@ -196,7 +196,17 @@ pub fn run(fs: &PowerFs, server: &mut dyn Server, config: &Config) -> Result<Tal
     for round in 0..config.rounds {
         let torn = (config.torn && round % 2 == 1).then(|| rng.u64(..));
         let target = config.acks_per_round / 2 + rng.usize(..=config.acks_per_round);
-        let bus = connect(server)?;
+        let bus = match connect(server) {
+            Ok(bus) => bus,
+            // Not the first round: an earlier cut took what the server
+            // needs to serve (a control's database can go whole).
+            Err(why) if round > 0 => {
+                eprintln!("round {round}: no bus connects after the last cut: {why}");
+                lose_server(&mut tally, 0, &standing);
+                return Ok(tally);
+            }
+            Err(why) => return Err(why),
+        };
         let acks = publish_until_cut(fs, server, bus, config, round, target, torn, &mut tally)?;
         fs.power_on();
         tally.rounds += 1;
@@ -206,14 +216,19 @@ pub fn run(fs: &PowerFs, server: &mut dyn Server, config: &Config) -> Result<Tal
             // control's cluster can be beyond recovery): everything
             // acknowledged is lost, and the rounds end here.
             eprintln!("round {round}: the server does not start after the cut: {why}");
-            tally.server_lost = true;
-            tally.lost += acks.len();
-            tally.rounds_losing += 1;
-            tally.lost_later += standing.len();
+            lose_server(&mut tally, acks.len(), &standing);
             return Ok(tally);
         }
-
-        let bus = connect(server)?;
+        let bus = match connect(server) {
+            Ok(bus) => bus,
+            Err(why) => {
+                eprintln!(
+                    "round {round}: the server started, but no bus connects after the cut: {why}"
+                );
+                lose_server(&mut tally, acks.len(), &standing);
+                return Ok(tally);
+            }
+        };
         let shown = match read_everything(bus.as_ref(), config) {
             Ok(shown) => shown,
             Err(BusError::UnknownTopic { .. }) => {
@@ -255,6 +270,16 @@ pub fn run(fs: &PowerFs, server: &mut dyn Server, config: &Config) -> Result<Tal
     }
     server.kill();
     Ok(tally)
+}
+
+/// The server is beyond serving after a cut: the round's `acked` records
+/// and every `standing` one count as lost, and the rounds end (the tally
+/// says the server was lost, so it is never lossless).
+fn lose_server(tally: &mut Tally, acked: usize, standing: &[Acked]) {
+    tally.server_lost = true;
+    tally.lost += acked;
+    tally.rounds_losing += usize::from(acked + standing.len() > 0);
+    tally.lost_later += standing.len();
 }
 
 fn connect(server: &dyn Server) -> Result<Box<dyn EventBus>, String> {

@@ -26,6 +26,10 @@ use crate::inner::Inner;
 use crate::log::segment::FrameReader;
 use crate::partition::Partition;
 
+mod restore;
+
+pub use restore::restore;
+
 const CONFIG: &str = "cold.json";
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -118,15 +122,23 @@ pub fn attach_with(
     let part = bus.inner.readable(topic, 0)?;
     let dir =
         topic_dir(&part).ok_or_else(|| BusError::backend("embedded", "topic has no directory"))?;
+    remember(dir, tier, &parsed, expire_only_archived)?;
+    Ok(())
+}
+
+/// Records `tier` (at `location`) as the tier of the topic in `dir`, in
+/// its `cold.json` (written atomically) and in the map of open tiers.
+fn remember(
+    dir: &Path,
+    tier: ColdTier,
+    location: &ColdLocation,
+    expire_only_archived: bool,
+) -> Result<(), BusError> {
     let json = serde_json::to_vec_pretty(&Config {
-        location: parsed.to_string(),
+        location: location.to_string(),
         expire_only_archived,
     })?;
-    let tmp = dir.join(format!("{CONFIG}.tmp"));
-    std::fs::write(&tmp, json)?;
-    File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, dir.join(CONFIG))?;
-    File::open(dir)?.sync_all()?;
+    crate::fsutil::write_atomic(&dir.join(CONFIG), &json)?;
     if let Ok(mut tiers) = tiers().lock() {
         tiers.insert(
             dir.to_owned(),
