@@ -41,6 +41,9 @@ pub use bus_kafka::{self as kafka, KafkaBus, KafkaOptions, SaslMechanism};
 pub use bus_nats::{self as nats, NatsBus, NatsOptions};
 #[cfg(feature = "postgres")]
 pub use bus_postgres::{self as postgres, PostgresBus, PostgresOptions};
+// The cold tier (C24): `ColdBus` over any bus, the tier and its locations.
+#[cfg(feature = "cold")]
+pub use bus_cold::{self as cold, ColdBus, ColdBusOptions, ColdLocation, ColdTier};
 
 /// Opens the bus named by `url` and provisions `manifest` on it.
 ///

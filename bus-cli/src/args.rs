@@ -193,6 +193,23 @@ pub enum Command {
         after_help = "Examples: bus consumer reset audit mailer --to beginning\n          bus consumer delete audit mailer"
     )]
     Consumer(ConsumerCommand),
+    /// Copy a topic's history into a cold tier (object storage, contract C24): what the tier holds
+    /// already is not written again; with --trim, then drop from the hot log what the tier holds.
+    #[cfg(feature = "cold")]
+    #[command(
+        after_help = "Examples:\n  bus archive audit --to file:///var/lib/bus-cold\n  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... bus archive audit --trim \\\n    --to 's3://bucket/bus?endpoint=https://s3.example.com&region=eu-west-1'\n\nOne JSON line per partition: records archived now, the tier's end, the hot log's first offset.\nOn the embedded log the topic keeps the tier (its cold.json): fetch, tail and subscribe read\nbelow the hot log from it, and --to may be left out once attached. On the other backends the\ntrimmed history is read through bus::ColdBus (a library call), not through `bus fetch`."
+    )]
+    Archive {
+        /// Topic.
+        topic: String,
+        /// The tier: file:///DIR or s3://BUCKET/PREFIX?endpoint=URL&region=R (credentials from
+        /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, never in the location).
+        #[arg(long, value_name = "LOCATION")]
+        to: Option<String>,
+        /// Then drop from the hot log every record the tier holds.
+        #[arg(long)]
+        trim: bool,
+    },
     /// Find a record by its UID (exit 4 when not stored).
     #[command(after_help = "Example: bus find audit --key agent-1 --uid evt-42")]
     Find {

@@ -203,11 +203,9 @@ pub fn connect_existing(url: &str) -> Result<Box<dyn EventBus>, BusError> {
 /// Fails (exit 2, a bad `--url`) when `url` names an embedded directory
 /// that does not exist.
 pub fn require_existing_dir(url: &str) -> Result<(), BusError> {
-    if !bus::backend_of(url).is_ok_and(|backend| backend.name == "embedded") {
+    let Some(path) = embedded_dir(url) else {
         return Ok(());
-    }
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    };
     if path.is_empty() || std::path::Path::new(path).is_dir() {
         return Ok(());
     }
@@ -218,6 +216,16 @@ pub fn require_existing_dir(url: &str) -> Result<(), BusError> {
              with `bus --url {path} provision MANIFEST`)"
         ),
     ))
+}
+
+/// The directory `url` names when it is an embedded log's (`file://DIR`,
+/// or a bare path), without its query.
+pub fn embedded_dir(url: &str) -> Option<&str> {
+    if !bus::backend_of(url).is_ok_and(|backend| backend.name == "embedded") {
+        return None;
+    }
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    Some(rest.split_once('?').map_or(rest, |(path, _)| path))
 }
 
 /// Opens `url` for reading beside a writer: an embedded directory is opened

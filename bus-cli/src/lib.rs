@@ -3,6 +3,8 @@
 //! references beside them ([`references::References`]). The binary
 //! (`src/main.rs`) is the product; this library is not a stable API.
 
+#[cfg(feature = "cold")]
+pub mod archive;
 pub mod args;
 pub mod bench;
 pub mod bench_subscribe;

@@ -194,6 +194,10 @@ fn run(cli: Cli, url_from_command_line: bool) -> Result<(), Failure> {
                 consume::delete(bus.as_ref(), &topic, &name, &mut out)?;
             }
         },
+        #[cfg(feature = "cold")]
+        Command::Archive { topic, to, trim } => {
+            bus_cli::archive::archive(&url, &topic, to.as_deref(), trim, &mut out)?;
+        }
         Command::Find { topic, key, uid } => {
             let bus = commands::connect_existing(&url)?;
             if !commands::find(bus.as_ref(), &topic, &key, &uid, &mut out)? {

@@ -86,9 +86,11 @@ impl ColdLocation {
             });
         }
         let Some(rest) = url.strip_prefix("s3://") else {
-            return Err(bad(
-                "use memory:, file:///DIR or s3://BUCKET/PREFIX?endpoint=URL",
-            ));
+            // Only the scheme is shown: the rest may hold what should not be.
+            let scheme = url.split_once(':').map_or("no scheme", |(scheme, _)| scheme);
+            return Err(bad(&format!(
+                "{scheme:?} is not a cold tier scheme: use memory:, file:///DIR or s3://BUCKET/PREFIX?endpoint=URL"
+            )));
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.contains('@') || query.contains("secret") || query.contains("password") {

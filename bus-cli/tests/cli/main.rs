@@ -2,6 +2,8 @@
 #![cfg(feature = "embedded")]
 #![allow(clippy::unwrap_used)]
 
+#[cfg(feature = "cold")]
+mod archive;
 mod basics;
 mod consumers;
 mod docs;
