@@ -40,7 +40,7 @@ done
 
 # 2. A feature that only builds beside another (a `cfg` missing, an import
 # only the other feature brings) shows here, not in the --all-features test.
-for features in "" embedded nats kafka postgres async metrics otel cloudevents; do
+for features in "" embedded nats kafka postgres async metrics otel cloudevents cold; do
   step "cargo check -p bus --no-default-features --features '$features'"
   cargo check -q -p bus --no-default-features --features "$features" --all-targets
 done
