@@ -12,9 +12,11 @@
 #      BUS_SEAWEEDFS_FILER_PORT (8888) -- weed also listens on each port + 10000 (gRPC), keep
 #      those free too; BUS_S3_BUCKET (bus-cold), BUS_SEAWEEDFS_VERSION (the Go pseudo-version),
 #      BUS_SEAWEEDFS_BIN (use this binary), BUS_BROKER_HOME (~/.cache/bus-brokers),
-#      BUS_SEAWEEDFS_START_TIMEOUT (120 s), BUS_SEAWEEDFS_STOP_TIMEOUT (15 s).
-# Human messages go to stderr, data lines to stdout. The server takes no credentials (no
-# identities configured): it listens on 127.0.0.1 only.
+#      BUS_SEAWEEDFS_START_TIMEOUT (120 s), BUS_SEAWEEDFS_STOP_TIMEOUT (15 s),
+#      BUS_SEAWEEDFS_S3_CONFIG (an identities file: the server then takes only its keys, and the
+#      script signs with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
+# Human messages go to stderr, data lines to stdout. Without BUS_SEAWEEDFS_S3_CONFIG the server
+# takes no credentials (no identities configured); it listens on 127.0.0.1 only.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,9 +94,22 @@ master_leader() {
   curl -s --max-time 2 "http://$HOST:$MASTER_PORT/cluster/status" 2>/dev/null | grep -q '"IsLeader":true'
 }
 
-# healthy: the master leads and the S3 gateway answers a ListBuckets (anonymous: no
-# identities configured).
-healthy() { master_leader && http_ok "$ENDPOINT/"; }
+# healthy: the master leads and the S3 gateway answers a ListBuckets (anonymous, or signed
+# when the server takes keys).
+healthy() { master_leader && s3_curl -fsS -o /dev/null --max-time 2 "$ENDPOINT/" 2>/dev/null; }
+
+# s3_curl ARGS...: curl against the S3 gateway. With BUS_SEAWEEDFS_S3_CONFIG (an identities file
+# for -s3.config) the server takes only those keys, so the script signs its own requests with
+# AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (SigV4; test servers only: the key is on curl's
+# command line).
+s3_curl() {
+  if [ -n "${BUS_SEAWEEDFS_S3_CONFIG:-}" ]; then
+    curl --aws-sigv4 "aws:amz:us-east-1:s3" \
+      --user "${AWS_ACCESS_KEY_ID:?BUS_SEAWEEDFS_S3_CONFIG needs AWS_ACCESS_KEY_ID}:${AWS_SECRET_ACCESS_KEY:?and AWS_SECRET_ACCESS_KEY}" "$@"
+  else
+    curl "$@"
+  fi
+}
 
 # ensure_bucket: PUT is idempotent on SeaweedFS for an existing bucket owned by us
 # (it answers 409 BucketAlreadyExists/OwnedByYou; both mean the bucket is there).
@@ -103,7 +118,7 @@ healthy() { master_leader && http_ok "$ENDPOINT/"; }
 ensure_bucket() {
   local code deadline_ms="$1"
   while :; do
-    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT "$ENDPOINT/$BUCKET")" || code=000
+    code="$(s3_curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT "$ENDPOINT/$BUCKET")" || code=000
     case "$code" in
       200|409) break ;;
     esac
@@ -112,7 +127,7 @@ ensure_bucket() {
   done
   # a fresh SeaweedFS may answer the PUT before the filer serves the bucket: wait for a listing
   local end=$(( $(now_ms) + 20000 ))
-  until http_ok "$ENDPOINT/$BUCKET?list-type=2&max-keys=1"; do
+  until s3_curl -fsS -o /dev/null --max-time 2 "$ENDPOINT/$BUCKET?list-type=2&max-keys=1" 2>/dev/null; do
     [ "$(now_ms)" -ge "$end" ] && die "bucket $BUCKET does not list after 20 s"
     sleep 0.2
   done
@@ -141,6 +156,7 @@ cmd_start() {
       -master.port="$MASTER_PORT" -master.volumeSizeLimitMB=64 \
       -volume.port="$VOLUME_PORT" -volume.max=0 \
       -filer -filer.port="$FILER_PORT" -s3 -s3.port="$S3_PORT" \
+      ${BUS_SEAWEEDFS_S3_CONFIG:+-s3.config="$BUS_SEAWEEDFS_S3_CONFIG"} \
       >>"$LOGFILE" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$PIDFILE"

@@ -264,7 +264,10 @@ fn archive_through_the_cli_on_nats() {
     let mut values = Vec::new();
     for partition in 0..2 {
         let records = cold.fetch(&topic, partition, 0, 100).expect("fetch");
-        assert!(records.iter().zip(0..).all(|(r, n)| r.offset == n), "gap-free from 0");
+        assert!(
+            records.iter().zip(0..).all(|(r, n)| r.offset == n),
+            "gap-free from 0"
+        );
         values.extend(records.into_iter().map(|r| r.value));
     }
     assert_eq!(values.len(), 40);

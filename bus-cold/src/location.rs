@@ -87,7 +87,9 @@ impl ColdLocation {
         }
         let Some(rest) = url.strip_prefix("s3://") else {
             // Only the scheme is shown: the rest may hold what should not be.
-            let scheme = url.split_once(':').map_or("no scheme", |(scheme, _)| scheme);
+            let scheme = url
+                .split_once(':')
+                .map_or("no scheme", |(scheme, _)| scheme);
             return Err(bad(&format!(
                 "{scheme:?} is not a cold tier scheme: use memory:, file:///DIR or s3://BUCKET/PREFIX?endpoint=URL"
             )));

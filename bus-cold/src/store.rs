@@ -92,6 +92,14 @@ pub(crate) fn describe(error: &object_store::Error) -> String {
 /// cannot help (the cold tier never creates a bucket).
 fn unavailable(what: String, error: object_store::Error) -> BusError {
     let reason = format!("{what}: {}", describe(&error));
+    if refused_credentials(&error, &reason) {
+        return BusError::invalid(
+            "cold.credentials",
+            format!(
+                "the object store refused the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or none set): {reason}"
+            ),
+        );
+    }
     if reason.contains("NoSuchBucket") {
         return BusError::invalid(
             "cold.location",
@@ -101,6 +109,24 @@ fn unavailable(what: String, error: object_store::Error) -> BusError {
         );
     }
     BusError::unavailable_caused("cold", reason, error)
+}
+
+/// Whether the store turned the request's credentials down (HTTP 401 or
+/// 403, or S3's codes for a bad key or signature): a configuration error,
+/// which retrying cannot mend.
+fn refused_credentials(error: &object_store::Error, reason: &str) -> bool {
+    matches!(
+        error,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) || [
+        "SignatureDoesNotMatch",
+        "InvalidAccessKeyId",
+        "AccessDenied",
+        "403 Forbidden",
+        "401 Unauthorized",
+    ]
+    .iter()
+    .any(|code| reason.contains(code))
 }
 
 /// One partition's objects in one store.

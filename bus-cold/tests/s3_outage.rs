@@ -10,14 +10,12 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bus_cold::{ColdLocation, ColdTier, S3Location};
+use bus_cold::ColdTier;
+use common::server::Server;
 use common::{records, unique};
 
 /// The tier's bound on each store call.
@@ -29,97 +27,6 @@ const WAIT: Duration = Duration::from_secs(120);
 /// Records per archived object.
 const OBJECT: u64 = 10;
 
-/// A SeaweedFS of the test's own, stopped when dropped.
-struct Server {
-    dir: tempfile::TempDir,
-    ports: [(&'static str, u16); 4],
-}
-
-impl Server {
-    /// Four free ports whose gRPC twins (port + 10000) are free too, all
-    /// below the kernel's ephemeral range (32768 and up), so no client
-    /// connection of another test takes one before the server binds it.
-    fn new() -> Self {
-        let mut ports = Vec::new();
-        let mut pick = u16::try_from(std::process::id() % 2_000).unwrap_or(0);
-        while ports.len() < 4 {
-            pick = (pick + 7) % 2_000;
-            let port = 20_000 + pick;
-            if port_free(port) && port_free(port + 10_000) && !ports.contains(&port) {
-                ports.push(port);
-            }
-        }
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-            ports: [
-                ("BUS_S3_PORT", ports[0]),
-                ("BUS_SEAWEEDFS_MASTER_PORT", ports[1]),
-                ("BUS_SEAWEEDFS_VOLUME_PORT", ports[2]),
-                ("BUS_SEAWEEDFS_FILER_PORT", ports[3]),
-            ],
-        }
-    }
-
-    fn script(&self, command: &str) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/seaweedfs.sh");
-        let mut run = Command::new("bash");
-        run.arg(script).arg(command).envs(self.env());
-        if command == "start" {
-            run.arg(self.data());
-        }
-        let output = run.output().unwrap();
-        assert!(
-            output.status.success(),
-            "seaweedfs.sh {command}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    /// The script's port variables.
-    fn env(&self) -> Vec<(&'static str, String)> {
-        self.ports
-            .iter()
-            .map(|(name, port)| (*name, port.to_string()))
-            .collect()
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn start(&self) {
-        self.script("start");
-    }
-
-    fn stop(&self) {
-        self.script("stop");
-    }
-
-    fn location(&self, prefix: &str) -> ColdLocation {
-        ColdLocation::S3 {
-            s3: S3Location {
-                endpoint: Some(format!("http://127.0.0.1:{}", self.ports[0].1)),
-                bucket: "bus-cold".into(),
-                region: "us-east-1".into(),
-                access_key_id: None,
-                secret_access_key: None,
-            },
-            prefix: prefix.to_owned(),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/seaweedfs.sh");
-        let _ = Command::new("bash")
-            .arg(script)
-            .arg("stop")
-            .envs(self.env())
-            .output();
-    }
-}
-
 /// Polls `condition` until it holds, panicking after `deadline`.
 fn poll_until(what: &str, deadline: Duration, condition: impl Fn() -> bool) {
     let start = Instant::now();
@@ -130,10 +37,6 @@ fn poll_until(what: &str, deadline: Duration, condition: impl Fn() -> bool) {
         );
         std::thread::park_timeout(Duration::from_millis(50));
     }
-}
-
-fn port_free(port: u16) -> bool {
-    TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
 /// What the archiver saw: its next offset, and each failed call with how

@@ -87,6 +87,9 @@ fn a_tier_that_cannot_be_used_is_a_clear_error_and_changes_nothing() {
     // The hot log is as it was: every record, from offset 0.
     let topics = json_lines(&ok(&dir, &["topics", "--json"], None));
     let one = topics.iter().find(|t| t["topic"] == "one").unwrap();
-    assert_eq!((one["first"].clone(), one["next"].clone()), (json!(0), json!(10)));
+    assert_eq!(
+        (one["first"].clone(), one["next"].clone()),
+        (json!(0), json!(10))
+    );
     assert_eq!(values(&dir), want(10));
 }

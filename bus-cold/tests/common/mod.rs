@@ -3,6 +3,8 @@
 //! that look like a backend's (tags, UIDs, exact value bytes).
 #![allow(dead_code, clippy::unwrap_used, clippy::cast_possible_truncation)]
 
+pub mod server;
+
 use bus_cold::{ColdLocation, ColdRecord, S3Location};
 use bus_core::auth::{RecordAuth, RecordParts};
 
