@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use bus_core::auth::{RecordAuth, RecordParts, TagFault};
 use bus_core::backend::ConnectorExecutor;
-use bus_core::{BusError, StoredEvent, StoredRecord};
+use bus_core::{BusError, Compression, StoredEvent, StoredRecord};
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
 
@@ -66,6 +66,8 @@ pub struct ColdTier {
     /// immutable and only ever appended, so a read below its end needs no
     /// fresh listing; a read at or past it refreshes.
     manifests: Mutex<std::collections::HashMap<(String, u32), Arc<Manifest>>>,
+    /// How new objects' frames are compressed.
+    compression: Compression,
 }
 
 impl std::fmt::Debug for ColdTier {
@@ -93,7 +95,16 @@ impl ColdTier {
             executor: ConnectorExecutor::with_timeout("bus-cold", timeout)?,
             cache: Mutex::new(Vec::new()),
             manifests: Mutex::default(),
+            compression: Compression::None,
         })
+    }
+
+    /// New objects compressed with `compression` (object format version 3;
+    /// objects already written are read whatever they hold).
+    #[must_use]
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
     }
 
     /// The location, as a manifest names it (no credentials).
@@ -108,6 +119,7 @@ impl ColdTier {
             root: self.root.clone(),
             topic: topic.to_owned(),
             partition,
+            compression: self.compression,
         })
     }
 
@@ -152,7 +164,18 @@ impl ColdTier {
         partition: u32,
         records: &[ColdRecord],
     ) -> Result<u64, BusError> {
-        let part = self.partition(topic, partition)?;
+        self.archive_records_as(topic, partition, records, self.compression)
+    }
+
+    fn archive_records_as(
+        &self,
+        topic: &str,
+        partition: u32,
+        records: &[ColdRecord],
+        compression: Compression,
+    ) -> Result<u64, BusError> {
+        let mut part = self.partition(topic, partition)?;
+        part.compression = compression;
         let records = records.to_vec();
         self.run("cold archive", async move {
             // Another archiver may take a generation first: re-read and go on
@@ -186,6 +209,22 @@ impl ColdTier {
         partition: u32,
         end: u64,
         object_records: usize,
+        read: impl FnMut(u64, usize) -> Result<Vec<ColdRecord>, BusError>,
+    ) -> Result<u64, BusError> {
+        let compression = self.compression;
+        self.archive_with_compression(topic, partition, end, object_records, compression, read)
+    }
+
+    /// [`Self::archive_with`], new objects compressed with `compression`
+    /// whatever the tier's own setting (the embedded log archives a topic
+    /// as its spec compresses it).
+    pub fn archive_with_compression(
+        &self,
+        topic: &str,
+        partition: u32,
+        end: u64,
+        object_records: usize,
+        compression: Compression,
         mut read: impl FnMut(u64, usize) -> Result<Vec<ColdRecord>, BusError>,
     ) -> Result<u64, BusError> {
         let mut archived = 0;
@@ -216,7 +255,7 @@ impl ColdTier {
             }
             let upto: Vec<_> = records.into_iter().take_while(|r| r.offset < end).collect();
             let count = upto.len() as u64;
-            archived += self.archive_records(topic, partition, &upto)?;
+            archived += self.archive_records_as(topic, partition, &upto, compression)?;
             from += count;
         }
         Ok(archived)

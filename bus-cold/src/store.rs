@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use bus_core::BusError;
+use bus_core::{BusError, Compression};
 use futures::TryStreamExt;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -136,6 +136,8 @@ pub(crate) struct PartitionStore {
     pub root: StorePath,
     pub topic: String,
     pub partition: u32,
+    /// How the objects this writes are compressed.
+    pub compression: Compression,
 }
 
 fn object_name(from: u64, end: u64) -> String {
@@ -276,7 +278,7 @@ impl PartitionStore {
             ));
         }
         let (from, end) = (first.offset, first.offset + fresh.len() as u64);
-        let bytes = format::encode(self.place(from, end), &fresh)?;
+        let bytes = format::encode_compressed(self.place(from, end), &fresh, self.compression)?;
         let name = object_name(from, end);
         let path = self.object_path(&name);
         let crc = crc32c::crc32c(&bytes);

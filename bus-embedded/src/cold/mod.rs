@@ -191,7 +191,8 @@ enum Until {
 }
 
 fn archive_until(bus: &EmbeddedBus, topic: &str, until: Until) -> Result<u64, BusError> {
-    let partitions = bus.inner.topic(topic)?.spec.partitions;
+    let spec = bus.inner.topic(topic)?.spec.clone();
+    let (partitions, compression) = (spec.partitions, spec.compression);
     let mut archived = 0;
     for id in 0..partitions {
         let part = bus.inner.readable(topic, id)?;
@@ -211,9 +212,15 @@ fn archive_until(bus: &EmbeddedBus, topic: &str, until: Until) -> Result<u64, Bu
                 .map_or(0, |active| active.base),
             Until::Head => part.offsets().next,
         };
-        archived += tier.archive_with(topic, id, end, DEFAULT_OBJECT_RECORDS, |from, max| {
-            raw_records(&part, from, max)
-        })?;
+        // The tier's objects are compressed as the topic's frames are.
+        archived += tier.archive_with_compression(
+            topic,
+            id,
+            end,
+            DEFAULT_OBJECT_RECORDS,
+            compression,
+            |from, max| raw_records(&part, from, max),
+        )?;
     }
     Ok(archived)
 }
