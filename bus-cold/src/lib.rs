@@ -183,7 +183,7 @@ impl ColdTier {
             for _ in 0..8 {
                 let manifest = part.manifest().await?;
                 let before = manifest.end();
-                if !manifest.ranges.is_empty() && records.last().is_none_or(|r| r.offset < before) {
+                if manifest.ever_archived() && records.last().is_none_or(|r| r.offset < before) {
                     return Ok(0);
                 }
                 if let Some(next) = part.archive(&manifest, &records).await? {
@@ -231,7 +231,7 @@ impl ColdTier {
         let manifest = self.manifest(topic, partition)?;
         // A first archive starts wherever the hot log does (it may have
         // expired records before anything was archived).
-        let mut first_archive = manifest.ranges.is_empty();
+        let mut first_archive = !manifest.ever_archived();
         let mut from = manifest.end();
         while from < end {
             let want = usize::try_from(end - from)
@@ -261,6 +261,37 @@ impl ColdTier {
         Ok(archived)
     }
 
+    /// Cold retention of one partition: drops the oldest archived ranges
+    /// whose newest record was stored before `cutoff_ms` (whole objects;
+    /// the manifest first, then the objects). Reads below the new start
+    /// begin at it, as after hot retention; what expired is never archived
+    /// again. Returns the records expired.
+    pub fn expire(&self, topic: &str, partition: u32, cutoff_ms: u64) -> Result<u64, BusError> {
+        let part = self.partition(topic, partition)?;
+        let expired = self.run("cold expire", async move {
+            for _ in 0..8 {
+                let manifest = part.manifest().await?;
+                if let Some(expired) = part.expire(&manifest, cutoff_ms).await? {
+                    return Ok(expired);
+                }
+            }
+            Err(BusError::unavailable(
+                "cold",
+                "the manifest keeps changing under cold retention",
+            ))
+        })?;
+        if expired > 0 {
+            // Cached manifests and objects of the expired ranges go too.
+            if let Ok(mut manifests) = self.manifests.lock() {
+                manifests.remove(&(topic.to_owned(), partition));
+            }
+            if let Ok(mut cache) = self.cache.lock() {
+                cache.retain(|((t, p, _), _)| !(t == topic && *p == partition));
+            }
+        }
+        Ok(expired)
+    }
+
     /// Up to `max` records from `from` on (from the first archived offset when
     /// below it), gap-free: a range the manifest lists whose object is
     /// missing or damaged is an error naming it, never skipped (C24).
@@ -277,17 +308,37 @@ impl ColdTier {
             .manifests
             .lock()
             .ok()
-            .and_then(|m| m.get(&key).cloned());
-        let manifest = match cached {
-            Some(manifest) if from < manifest.end() => manifest,
-            _ => {
-                let fresh = Arc::new(self.manifest(topic, partition)?);
-                if let Ok(mut manifests) = self.manifests.lock() {
-                    manifests.insert(key, Arc::clone(&fresh));
-                }
-                fresh
+            .and_then(|m| m.get(&key).cloned())
+            // Within a listed range: immutable. Below the first one, ranges
+            // may have expired and others been added since: read afresh.
+            .filter(|manifest| {
+                manifest.start().is_some_and(|start| start <= from) && from < manifest.end()
+            });
+        if let Some(manifest) = cached {
+            match self.read_listed(&part, &manifest, from, max) {
+                Ok(records) => return Ok(records),
+                // Cold retention may have expired a range since this
+                // manifest was read (in another process): read it afresh,
+                // and a damage that is real is named again below.
+                Err(BusError::Corrupt { .. }) => {}
+                Err(other) => return Err(other),
             }
-        };
+        }
+        let fresh = Arc::new(self.manifest(topic, partition)?);
+        if let Ok(mut manifests) = self.manifests.lock() {
+            manifests.insert(key, Arc::clone(&fresh));
+        }
+        self.read_listed(&part, &fresh, from, max)
+    }
+
+    /// [`Self::read`] of the ranges `manifest` lists.
+    fn read_listed(
+        &self,
+        part: &PartitionStore,
+        manifest: &Manifest,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<ColdRecord>, BusError> {
         let mut out = Vec::new();
         let mut cursor = from.max(manifest.start().unwrap_or(from));
         for range in &manifest.ranges {
@@ -297,7 +348,7 @@ impl ColdTier {
             if range.end <= cursor {
                 continue;
             }
-            let bytes = self.object(&part, range)?;
+            let bytes = self.object(part, range)?;
             let records = part.decode(range, &bytes, cursor, max - out.len())?;
             cursor = records.last().map_or(range.end, |r| r.offset + 1);
             out.extend(records);

@@ -43,6 +43,10 @@ pub struct ArchivedRange {
     /// CRC-32C of the whole object: a truncated or edited object is
     /// `Corrupt` before it is even decoded.
     pub crc32c: u32,
+    /// The newest `stored_at` in the range (epoch ms), what cold retention
+    /// compares; absent in manifests written before it (never expired).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_ms: Option<u64>,
 }
 
 /// What a partition's cold tier holds.
@@ -58,16 +62,29 @@ pub struct Manifest {
     pub generation: u64,
     /// Archived ranges, contiguous, oldest first.
     pub ranges: Vec<ArchivedRange>,
+    /// Offsets below this were archived and have expired (cold retention):
+    /// gone as retention makes records go, never archived again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expired_below: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Manifest {
-    /// The first archived offset, if any.
+    /// The first archived offset still held, if any.
     pub fn start(&self) -> Option<u64> {
         self.ranges.first().map(|r| r.from)
     }
-    /// The offset after the last archived record (0 when nothing is).
+    /// The offset after the last archived record (0 when nothing ever was;
+    /// where expiry stopped when every range has expired).
     pub fn end(&self) -> u64 {
-        self.ranges.last().map_or(0, |r| r.end)
+        self.ranges.last().map_or(self.expired_below, |r| r.end)
+    }
+    /// Whether anything was ever archived (held or expired since).
+    pub fn ever_archived(&self) -> bool {
+        !self.ranges.is_empty() || self.expired_below > 0
     }
 }
 
@@ -262,13 +279,13 @@ impl PartitionStore {
         let end_now = manifest.end();
         let fresh: Vec<ColdRecord> = records
             .iter()
-            .filter(|r| manifest.ranges.is_empty() || r.offset >= end_now)
+            .filter(|r| !manifest.ever_archived() || r.offset >= end_now)
             .cloned()
             .collect();
         let Some(first) = fresh.first() else {
             return Ok(None);
         };
-        if !manifest.ranges.is_empty() && first.offset != end_now {
+        if manifest.ever_archived() && first.offset != end_now {
             return Err(BusError::invalid(
                 "records",
                 format!(
@@ -310,7 +327,14 @@ impl PartitionStore {
             object: name,
             bytes: size,
             crc32c: crc,
+            newest_ms: fresh.iter().map(|r| r.stored_at).max(),
         });
+        self.write_manifest(next).await
+    }
+
+    /// Writes `next` as its generation's manifest: `None` when another
+    /// writer took that generation first.
+    async fn write_manifest(&self, next: Manifest) -> Result<Option<Manifest>, BusError> {
         let manifest_path = self
             .dir("manifest")
             .join(format!("{:020}.json", next.generation));
@@ -320,6 +344,42 @@ impl PartitionStore {
             Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
             Err(e) => Err(unavailable(format!("writing {manifest_path}"), e)),
         }
+    }
+
+    /// Cold retention: the next manifest without the oldest ranges whose
+    /// newest record is older than `cutoff_ms`, then their objects deleted.
+    /// The manifest goes first, so a crash leaves unlisted objects (which
+    /// no reader sees and no archive writes again: they lie below the end),
+    /// never a listed range without its object. Returns the records
+    /// expired, or `None` when another writer took the generation first.
+    pub async fn expire(
+        &self,
+        manifest: &Manifest,
+        cutoff_ms: u64,
+    ) -> Result<Option<u64>, BusError> {
+        let gone = manifest
+            .ranges
+            .iter()
+            .take_while(|r| r.newest_ms.is_some_and(|newest| newest < cutoff_ms))
+            .count();
+        if gone == 0 {
+            return Ok(Some(0));
+        }
+        let mut next = manifest.clone();
+        next.generation += 1;
+        let dropped: Vec<ArchivedRange> = next.ranges.drain(..gone).collect();
+        next.expired_below = dropped.last().map_or(next.expired_below, |r| r.end);
+        if self.write_manifest(next).await?.is_none() {
+            return Ok(None);
+        }
+        for range in &dropped {
+            let path = self.object_path(&range.object);
+            if let Err(error) = self.store.delete(&path).await {
+                // Unlisted now: harmless, only space until deleted by hand.
+                tracing::warn!(%path, error = %describe(&error), "an expired cold object stays");
+            }
+        }
+        Ok(Some(dropped.iter().map(|r| r.end - r.from).sum()))
     }
 
     async fn create(&self, path: &StorePath, bytes: Vec<u8>) -> Result<(), object_store::Error> {

@@ -582,7 +582,11 @@ fn a_compressed_topic_is_archived_compressed() {
     assert_eq!(cold::archive_all(&bus, "zipped").unwrap(), 400);
     bus.maintenance(bus_core::now_ms() + 60_000).unwrap();
     assert!(bus.offsets("zipped", 0).unwrap().first > 0, "expired");
-    same(&fetch_all(&bus, "zipped", 0, 0, 64), &before, "from the tier");
+    same(
+        &fetch_all(&bus, "zipped", 0, 0, 64),
+        &before,
+        "from the tier",
+    );
     let objects: Vec<_> = std::fs::read_dir(tier_dir.join("zipped/0/objects"))
         .unwrap()
         .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
@@ -592,4 +596,49 @@ fn a_compressed_topic_is_archived_compressed() {
         // "BUSCOLD1", then the version: 3 (compressed), codec 2 (zstd).
         assert_eq!(&object[8..11], &[0, 3, 2]);
     }
+}
+
+/// Cold retention on the embedded log: archived history older than the
+/// cutoff leaves the tier in whole objects, and a read from offset 0 then
+/// begins at the oldest record kept (in the tier, or hot when the tier
+/// holds nothing any more), as after hot retention.
+#[test]
+fn cold_retention_expires_whole_objects_and_reads_begin_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = EmbeddedBus::open_with(
+        dir.path().join("bus"),
+        Options::default().segment_bytes(4096),
+    )
+    .unwrap();
+    let mut spec = TopicSpec::new("aged", 1);
+    spec.retention_ms = Some(1);
+    bus.provision(&Manifest::new([spec])).unwrap();
+    let location = format!("file://{}", dir.path().join("tier").display());
+    cold::attach(&bus, "aged", &location).unwrap();
+    for n in 0..300 {
+        bus.publish("aged", "k", &json!({ "n": n })).unwrap();
+    }
+    assert_eq!(cold::archive_all(&bus, "aged").unwrap(), 300);
+    let archived_at = bus_core::now_ms();
+    bus.maintenance(archived_at + 60_000).unwrap();
+    for n in 300..310 {
+        bus.publish("aged", "k", &json!({ "n": n })).unwrap();
+    }
+    assert_eq!(fetch_all(&bus, "aged", 0, 0, 100).len(), 310);
+    // Nothing is older than a cutoff before the records were stored.
+    assert_eq!(
+        cold::expire_cold(&bus, "aged", archived_at - 3_600_000).unwrap(),
+        0
+    );
+    // Past every archived record: the tier holds nothing any more.
+    assert_eq!(
+        cold::expire_cold(&bus, "aged", archived_at + 1).unwrap(),
+        300
+    );
+    let left = bus.fetch("aged", 0, 0, 1000).unwrap();
+    let hot_first = bus.offsets("aged", 0).unwrap().first;
+    assert_eq!(left.first().map(|e| e.offset), Some(hot_first));
+    assert_eq!(left.last().map(|e| e.offset), Some(309));
+    // Archiving goes on at the tier's end, never below it again.
+    assert_eq!(cold::archive_all(&bus, "aged").unwrap(), 10);
 }

@@ -63,6 +63,10 @@ pub struct ColdBusOptions {
     pub hot_records: Option<u64>,
     /// Records per cold object.
     pub object_records: usize,
+    /// `Some(ms)`: `maintenance` expires cold objects whose newest record
+    /// is older than this ([`ColdTier::expire`]). `None` (the default):
+    /// cold history is kept until deleted by hand.
+    pub cold_retention_ms: Option<u64>,
 }
 
 impl Default for ColdBusOptions {
@@ -70,6 +74,7 @@ impl Default for ColdBusOptions {
         Self {
             hot_records: None,
             object_records: DEFAULT_OBJECT_RECORDS,
+            cold_retention_ms: None,
         }
     }
 }
@@ -86,6 +91,13 @@ impl ColdBusOptions {
     #[must_use]
     pub fn object_records(mut self, n: usize) -> Self {
         self.object_records = n.max(1);
+        self
+    }
+
+    /// Keep cold history for `ms` (see [`Self::cold_retention_ms`]).
+    #[must_use]
+    pub fn cold_retention_ms(mut self, ms: u64) -> Self {
+        self.cold_retention_ms = Some(ms);
         self
     }
 }
@@ -545,12 +557,24 @@ impl<B: EventBus + 'static> EventBus for ColdBus<B> {
     }
 
     /// Archives every topic through its head first, so the inner bus's
-    /// retention drops nothing the tier lacks, then runs the inner bus's.
+    /// retention drops nothing the tier lacks, then runs the inner bus's,
+    /// then cold retention ([`ColdBusOptions::cold_retention_ms`]). Counts
+    /// the records either retention removed.
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
-        for topic in self.shared.inner.topics() {
-            self.archive_topic(&topic)?;
+        let topics = self.shared.inner.topics();
+        for topic in &topics {
+            self.archive_topic(topic)?;
         }
-        self.shared.inner.maintenance(now_ms)
+        let mut removed = self.shared.inner.maintenance(now_ms)?;
+        if let Some(keep) = self.shared.options.cold_retention_ms {
+            let cutoff = now_ms.saturating_sub(keep);
+            for topic in &topics {
+                for partition in 0..self.shared.inner.partitions(topic)? {
+                    removed += self.shared.tier.expire(topic, partition, cutoff)?;
+                }
+            }
+        }
+        Ok(removed)
     }
 
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {

@@ -184,6 +184,29 @@ pub fn archive_all(bus: &EmbeddedBus, topic: &str) -> Result<u64, BusError> {
     archive_until(bus, topic, Until::Head)
 }
 
+/// Cold retention of `topic`: every partition's archived objects whose
+/// newest record was stored before `cutoff_ms` are deleted (whole objects;
+/// see [`ColdTier::expire`]). Reads below the tier's new start begin at
+/// it, as after hot retention. Returns the records expired.
+pub fn expire_cold(bus: &EmbeddedBus, topic: &str, cutoff_ms: u64) -> Result<u64, BusError> {
+    bus.inner.writable("cold expire")?;
+    let partitions = bus.inner.topic(topic)?.spec.partitions;
+    let mut expired = 0;
+    for id in 0..partitions {
+        let part = bus.inner.readable(topic, id)?;
+        let Some(tier) = tier_of(&part)? else {
+            return Err(BusError::invalid(
+                "topic",
+                format!(
+                    "{topic:?} has no cold tier; attach one first (bus_embedded::cold::attach)"
+                ),
+            ));
+        };
+        expired += tier.expire(topic, id, cutoff_ms)?;
+    }
+    Ok(expired)
+}
+
 #[derive(Clone, Copy)]
 enum Until {
     Sealed,
