@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bus_cold::{ColdLocation, ColdRecord, ColdTier, DEFAULT_OBJECT_RECORDS, S3Location, format};
+use bus_core::Compression;
 use bus_core::auth::{RecordAuth, RecordParts};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -111,11 +112,28 @@ fn main() {
         })
         .collect();
     let object_bytes: usize = objects.iter().map(Vec::len).sum();
+    let compressed_bytes = |compression: Compression| -> usize {
+        all.chunks(DEFAULT_OBJECT_RECORDS)
+            .map(|c| {
+                let place = format::Place {
+                    topic,
+                    partition: 0,
+                    from: c[0].offset,
+                    end: c[0].offset + c.len() as u64,
+                };
+                format::encode_compressed(place, c, compression)
+                    .unwrap()
+                    .len()
+            })
+            .sum()
+    };
     println!(
-        "{n} records, {} objects of up to {DEFAULT_OBJECT_RECORDS}; value JSON {:.1} B/record; cold object {:.1} B/record (key, UID, stored_at, 32-byte tag, framing; no compression yet)",
+        "{n} records, {} objects of up to {DEFAULT_OBJECT_RECORDS}; value JSON {:.1} B/record; cold object {:.1} B/record uncompressed, {:.1} LZ4, {:.1} zstd (key, UID, stored_at, 32-byte tag, framing)",
         objects.len(),
         value_bytes as f64 / n as f64,
-        object_bytes as f64 / n as f64
+        object_bytes as f64 / n as f64,
+        compressed_bytes(Compression::Lz4) as f64 / n as f64,
+        compressed_bytes(Compression::Zstd) as f64 / n as f64,
     );
     println!(
         "{:<14} {:<34} {:>12} {:>10}",
@@ -193,5 +211,33 @@ fn main() {
             "{name:<14} {:<34} {first_ms:>12.1} ms",
             "first read of a cold range"
         );
+        // The same records through compressing tiers (MB/s of the
+        // uncompressed object bytes, for comparison with the rows above).
+        for compression in [Compression::Lz4, Compression::Zstd] {
+            let topic = format!("bench-{compression}");
+            let tier = ColdTier::open(&location)
+                .unwrap()
+                .with_compression(compression);
+            let records = self::records(&topic, n);
+            let t = Instant::now();
+            for chunk in records.chunks(DEFAULT_OBJECT_RECORDS) {
+                tier.archive_records(&topic, 0, chunk).unwrap();
+            }
+            row(
+                &format!("archive, {compression}"),
+                t.elapsed().as_secs_f64(),
+            );
+            let replay = ColdTier::open(&location).unwrap();
+            let t = Instant::now();
+            let mut from = 0;
+            while from < n {
+                let page = replay.fetch(&topic, 0, from, 1000, Some(&auth)).unwrap();
+                from = page.last().unwrap().offset + 1;
+            }
+            row(
+                &format!("cold replay, {compression}"),
+                t.elapsed().as_secs_f64(),
+            );
+        }
     }
 }
