@@ -13,7 +13,7 @@
 #
 # Ports of the compose run (not the native defaults, so native brokers may keep running):
 # BUS_DOCKER_NATS_PORT (14222), BUS_DOCKER_NATS_MONITOR_PORT (18222), BUS_DOCKER_KAFKA_PORT (19092),
-# BUS_DOCKER_POSTGRES_PORT (15433), BUS_DOCKER_S3_PORT (18333; the cold tier's round trip runs
+# BUS_DOCKER_POSTGRES_PORT (15433), BUS_DOCKER_S3_PORT (17333, clear of the native SeaweedFS's gRPC ports (each port + 10000); the cold tier's round trip runs
 # against the compose SeaweedFS).
 # Extra arguments go to cargo (e.g. -j 2).
 set -euo pipefail
@@ -130,7 +130,7 @@ step "compile the conformance tests" compile
 # 1. docker-compose
 export BUS_NATS_PORT="${BUS_DOCKER_NATS_PORT:-14222}" BUS_NATS_MONITOR_PORT="${BUS_DOCKER_NATS_MONITOR_PORT:-18222}"
 export BUS_KAFKA_PORT="${BUS_DOCKER_KAFKA_PORT:-19092}" BUS_POSTGRES_PORT="${BUS_DOCKER_POSTGRES_PORT:-15433}"
-export BUS_S3_PORT="${BUS_DOCKER_S3_PORT:-18333}"
+export BUS_S3_PORT="${BUS_DOCKER_S3_PORT:-17333}"
 composed=1
 step "compose up (until healthy)" to_exports scripts/docker.sh up
 eval "$(cat "$EXPORTS")"
