@@ -49,6 +49,10 @@ const FOOTER_LEN: usize = 8 + 4 + 8 + 8 + 8;
 /// object decodes little it does not return, large enough that the 8 bytes
 /// of frame overhead and an index entry are noise per record.
 const FRAME_RECORDS: usize = 128;
+/// A frame also closes once its records reach this many bytes, so a frame
+/// of large records stays far below what a reader accepts
+/// ([`MAX_RAW_FRAME`]); one record larger than that is refused.
+const FRAME_BYTES: usize = 8 << 20;
 /// Length of a tag (HMAC-SHA256).
 pub const TAG_LEN: usize = bus_core::auth::TAG_LEN;
 
@@ -199,7 +203,7 @@ fn encode_version(
     out.extend_from_slice(&place.end.to_be_bytes());
     out.extend_from_slice(&crc32c::crc32c(&out).to_be_bytes());
     let mut index = Vec::new();
-    for chunk in records.chunks(FRAME_RECORDS) {
+    for chunk in frames(records)? {
         let frame_pos = out.len() as u64;
         let mut payload = Vec::new();
         payload.extend_from_slice(&chunk[0].offset.to_be_bytes());
@@ -228,6 +232,35 @@ fn encode_version(
     out.extend_from_slice(&place.from.to_be_bytes());
     out.extend_from_slice(&place.end.to_be_bytes());
     out.extend_from_slice(FOOTER_MAGIC);
+    Ok(out)
+}
+
+/// `records` cut into frames of at most [`FRAME_RECORDS`] records, closed
+/// early once they hold [`FRAME_BYTES`] of values.
+fn frames(records: &[ColdRecord]) -> Result<Vec<&[ColdRecord]>, BusError> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, record) in records.iter().enumerate() {
+        let size = record.value.len() + record.key.len() + 64;
+        if size > MAX_RAW_FRAME / 2 {
+            return Err(BusError::invalid(
+                "records",
+                format!(
+                    "record {} is over {} bytes",
+                    record.offset,
+                    MAX_RAW_FRAME / 2
+                ),
+            ));
+        }
+        if i > start && (i - start == FRAME_RECORDS || bytes + size > FRAME_BYTES) {
+            out.push(&records[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < records.len() {
+        out.push(&records[start..]);
+    }
     Ok(out)
 }
 
@@ -582,6 +615,35 @@ mod tests {
             assert!(
                 matches!(&error, BusError::Corrupt { location, .. } if location == "cold range t/2 [10, 13)"),
                 "{compression}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn large_records_get_frames_of_their_own() {
+        let big = |offset| ColdRecord {
+            offset,
+            stored_at: 1,
+            key: "k".into(),
+            uid: None,
+            value: vec![b'7'; 3 << 20],
+            tag: None,
+            headers: Headers::default(),
+        };
+        let place = Place {
+            topic: "t",
+            partition: 0,
+            from: 0,
+            end: 5,
+        };
+        let records: Vec<_> = (0..5).map(big).collect();
+        // 3 MiB each: two per frame under the 8 MiB bound, so three frames.
+        assert_eq!(frames(&records).unwrap().len(), 3);
+        for compression in [Compression::None, Compression::Zstd] {
+            let object = encode_compressed(place, &records, compression).unwrap();
+            assert!(
+                decode(place, &object, 0, 10).unwrap() == records,
+                "{compression}"
             );
         }
     }

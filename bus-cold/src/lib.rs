@@ -48,6 +48,9 @@ pub use store::{ArchivedRange, MANIFEST_FORMAT, Manifest};
 /// a few hundred KiB, few enough requests per second of history.
 pub const DEFAULT_OBJECT_RECORDS: usize = 4096;
 
+/// Manifests a read tries when the one it read lists a missing object.
+const READ_ATTEMPTS: usize = 4;
+
 /// Objects kept decoded-ready in memory by a reader (they never change).
 const CACHED_OBJECTS: usize = 4;
 
@@ -324,11 +327,29 @@ impl ColdTier {
                 Err(other) => return Err(other),
             }
         }
-        let fresh = Arc::new(self.manifest(topic, partition)?);
-        if let Ok(mut manifests) = self.manifests.lock() {
-            manifests.insert(key, Arc::clone(&fresh));
+        let mut fresh = Arc::new(self.manifest(topic, partition)?);
+        for _ in 0..READ_ATTEMPTS {
+            if let Ok(mut manifests) = self.manifests.lock() {
+                manifests.insert(key.clone(), Arc::clone(&fresh));
+            }
+            match self.read_listed(&part, &fresh, from, max) {
+                // An object it lists is missing or damaged: if a newer
+                // manifest says otherwise (cold retention expired it in the
+                // meantime), read by that one; else the damage is real.
+                Err(corrupt @ BusError::Corrupt { .. }) => {
+                    let newer = self.manifest(topic, partition)?;
+                    if newer.generation == fresh.generation {
+                        return Err(corrupt);
+                    }
+                    fresh = Arc::new(newer);
+                }
+                other => return other,
+            }
         }
-        self.read_listed(&part, &fresh, from, max)
+        Err(BusError::unavailable(
+            "cold",
+            format!("{topic}/{partition}: the manifest kept changing under the read at {from}"),
+        ))
     }
 
     /// [`Self::read`] of the ranges `manifest` lists.

@@ -28,6 +28,10 @@ use crate::format::{self, ColdRecord, Place};
 
 /// The manifest format this crate writes and reads.
 pub const MANIFEST_FORMAT: u32 = 1;
+/// The format of a manifest that records an expired prefix (`expired_below`):
+/// a reader that predates cold retention refuses it (as foreign) instead of
+/// archiving below the expired end again.
+pub const MANIFEST_FORMAT_EXPIRED: u32 = 2;
 
 /// One archived range `[from, end)` and the object holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,16 +112,20 @@ pub(crate) fn describe(error: &object_store::Error) -> String {
 /// A missing bucket is a configuration error, not an outage: retrying
 /// cannot help (the cold tier never creates a bucket).
 fn unavailable(what: String, error: object_store::Error) -> BusError {
-    let reason = format!("{what}: {}", describe(&error));
-    if refused_credentials(&error, &reason) {
+    // Classified on the store's own error, never on `what` (a path: a topic
+    // may be named anything).
+    let text = describe(&error);
+    if let Some(code) = refused_credentials(&error, &text) {
+        // Only the code: the response body may quote request headers.
         return BusError::invalid(
             "cold.credentials",
             format!(
-                "the object store refused the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or none set): {reason}"
+                "{what}: the object store refused the credentials ({code}; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or set them)"
             ),
         );
     }
-    if reason.contains("NoSuchBucket") {
+    let reason = format!("{what}: {text}");
+    if text.contains("NoSuchBucket") {
         return BusError::invalid(
             "cold.location",
             format!(
@@ -128,22 +136,25 @@ fn unavailable(what: String, error: object_store::Error) -> BusError {
     BusError::unavailable_caused("cold", reason, error)
 }
 
-/// Whether the store turned the request's credentials down (HTTP 401 or
-/// 403, or S3's codes for a bad key or signature): a configuration error,
-/// which retrying cannot mend.
-fn refused_credentials(error: &object_store::Error, reason: &str) -> bool {
-    matches!(
-        error,
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
-    ) || [
+/// Whether, and how, the store turned the request's credentials down (HTTP
+/// 401 or 403, or S3's codes for a bad key or signature): a configuration
+/// error, which retrying cannot mend.
+fn refused_credentials(error: &object_store::Error, text: &str) -> Option<&'static str> {
+    let code = [
         "SignatureDoesNotMatch",
         "InvalidAccessKeyId",
         "AccessDenied",
-        "403 Forbidden",
-        "401 Unauthorized",
+        "ExpiredToken",
+        "InvalidToken",
     ]
-    .iter()
-    .any(|code| reason.contains(code))
+    .into_iter()
+    // As the XML body states it: a path in the text may hold any word.
+    .find(|code| text.contains(&format!("<Code>{code}</Code>")));
+    match error {
+        object_store::Error::PermissionDenied { .. } => Some(code.unwrap_or("HTTP 403")),
+        object_store::Error::Unauthenticated { .. } => Some(code.unwrap_or("HTTP 401")),
+        _ => code,
+    }
 }
 
 /// One partition's objects in one store.
@@ -241,7 +252,7 @@ impl PartitionStore {
         };
         let manifest: Manifest =
             serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a manifest: {e}")))?;
-        if manifest.format != MANIFEST_FORMAT
+        if !(MANIFEST_FORMAT..=MANIFEST_FORMAT_EXPIRED).contains(&manifest.format)
             || manifest.topic != self.topic
             || manifest.partition != self.partition
             || manifest.generation != generation
@@ -298,26 +309,31 @@ impl PartitionStore {
         let bytes = format::encode_compressed(self.place(from, end), &fresh, self.compression)?;
         let name = object_name(from, end);
         let path = self.object_path(&name);
-        let crc = crc32c::crc32c(&bytes);
-        let size = bytes.len() as u64;
-        match self.create(&path, bytes.clone()).await {
+        let mut crc = crc32c::crc32c(&bytes);
+        let mut size = bytes.len() as u64;
+        match self.create(&path, bytes).await {
             Ok(()) => {}
             Err(object_store::Error::AlreadyExists { .. }) => {
-                // A crash between object and manifest left it: adopt it if it is
-                // exactly what we would write (records never change), else refuse.
+                // A crash between object and manifest left it: adopt it if it
+                // holds exactly these records (whatever its codec or the
+                // codec library's version made of them), else refuse.
                 let existing = self.get(&path, from, end).await?;
-                if existing != bytes {
+                let same = format::decode(self.place(from, end), &existing, from, usize::MAX)
+                    .is_ok_and(|records| records == fresh);
+                if !same {
                     return Err(self.corrupt(
                         from,
                         end,
                         format!("{path} exists with other content (written by something else?); nothing archived"),
                     ));
                 }
+                crc = crc32c::crc32c(&existing);
+                size = existing.len() as u64;
             }
             Err(e) => return Err(unavailable(format!("writing {path}"), e)),
         }
         let mut next = manifest.clone();
-        next.format = MANIFEST_FORMAT;
+        next.format = manifest.format.max(MANIFEST_FORMAT);
         next.topic.clone_from(&self.topic);
         next.partition = self.partition;
         next.generation += 1;
@@ -369,6 +385,7 @@ impl PartitionStore {
         next.generation += 1;
         let dropped: Vec<ArchivedRange> = next.ranges.drain(..gone).collect();
         next.expired_below = dropped.last().map_or(next.expired_below, |r| r.end);
+        next.format = MANIFEST_FORMAT_EXPIRED;
         if self.write_manifest(next).await?.is_none() {
             return Ok(None);
         }
@@ -443,5 +460,36 @@ impl PartitionStore {
         max: usize,
     ) -> Result<Vec<ColdRecord>, BusError> {
         format::decode(self.place(range.from, range.end), bytes, from, max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: text.to_owned().into(),
+        }
+    }
+
+    #[test]
+    fn only_the_store_s_answer_says_credentials_were_refused() {
+        // A topic may be named anything: a path is not an S3 error code.
+        let outage = generic("error sending request for url (http://h/b/AccessDenied/0/manifest/)");
+        assert_eq!(refused_credentials(&outage, &describe(&outage)), None);
+        assert!(unavailable("listing AccessDenied/0".into(), outage).is_transient());
+        let refused = generic(
+            "403 Forbidden: <Error><Code>SignatureDoesNotMatch</Code><StringToSign>x</StringToSign></Error>",
+        );
+        assert_eq!(
+            refused_credentials(&refused, &describe(&refused)),
+            Some("SignatureDoesNotMatch")
+        );
+        let error = unavailable("listing t/0".into(), refused);
+        assert!(!error.is_transient());
+        // The response body (which may quote request headers) is not repeated.
+        assert!(!error.to_string().contains("StringToSign"), "{error}");
     }
 }

@@ -438,6 +438,19 @@ fn a_new_directory_is_restored_from_the_cold_tier() {
             (before, with_headers, ends)
         };
 
+        // Another control key: the newest archived record fails its tag,
+        // and nothing is restored.
+        let wrong = EmbeddedBus::open(dir.path().join(format!("wrong-{name}"))).unwrap();
+        wrong.set_control_key([1; 32]).unwrap();
+        assert!(
+            matches!(
+                cold::restore(&wrong, &spec, &location),
+                Err(bus_core::BusError::Integrity { .. })
+            ),
+            "{name}: a restore with another key"
+        );
+        assert!(wrong.topics().is_empty(), "{name}");
+
         let new = dir.path().join(format!("new-{name}"));
         let bus = EmbeddedBus::open(&new).unwrap();
         bus.set_control_key(KEY).unwrap();

@@ -172,7 +172,7 @@ async fn produce_async(
     records: &[Prepared],
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
-    let since_ms = crate::publish::now_ms_i64();
+    let start = locate::Start::now(core, topic, records);
     let kind = Delivery::Plain;
     let producer = core.producer(kind);
     let (reply, mut replies) = futures::channel::mpsc::unbounded();
@@ -224,6 +224,10 @@ async fn produce_async(
             }
         });
     }
+    if out.iter().any(Option::is_none) {
+        // No report by the deadline (see Core::heal_stalled).
+        core.heal_stalled(kind, &producer);
+    }
     let delivered: Vec<Delivered> = out
         .into_iter()
         .map(|outcome| outcome.unwrap_or_else(|| Err(timed_out(&core.options, "publish"))))
@@ -231,27 +235,34 @@ async fn produce_async(
     // Records stored without an offset in their reports are read back
     // (crate::locate), which blocks: on the blocking pool.
     let out = if delivered.iter().any(|outcome| matches!(outcome, Ok(None))) {
+        // Offsets the reports did give, kept should the read-back fail.
+        let known: Vec<Option<u64>> = delivered
+            .iter()
+            .map(|outcome| outcome.as_ref().ok().copied().flatten())
+            .collect();
         let (shared, owned_topic, owned) = (Arc::clone(core), topic.to_owned(), records.to_vec());
-        let count = owned.len();
         off_runtime("publish", move || {
             Ok(locate::resolve(
                 &shared,
                 &owned_topic,
                 &owned,
                 delivered,
-                since_ms,
+                &start,
                 deadline,
             ))
         })
         .await
         .unwrap_or_else(|_| {
-            (0..count)
-                .map(|_| Err(timed_out(&core.options, "publish (reading records back)")))
+            known
+                .into_iter()
+                .map(|offset| {
+                    offset.ok_or_else(|| timed_out(&core.options, "publish (reading records back)"))
+                })
                 .collect()
         })
     } else {
         // Every offset known: no I/O.
-        locate::resolve(core, topic, records, delivered, since_ms, deadline)
+        locate::resolve(core, topic, records, delivered, &start, deadline)
     };
     crate::publish::stored(topic, records, &out);
     out

@@ -61,8 +61,8 @@ pub(crate) struct Core {
     pub(crate) registry: Mutex<Registry>,
     pub(crate) pool: reader::Pool,
     pub(crate) partitions: Mutex<HashMap<(String, u32), Arc<dedup::PartitionState>>>,
-    /// Offsets found by reading back records reported without one.
-    pub(crate) claimed: crate::locate::Claimed,
+    /// What delivery reports and read-backs named (crate::locate).
+    pub(crate) reported: Arc<crate::locate::Reported>,
     pub(crate) auth: RwLock<Option<RecordAuth>>,
     /// The broker enforces `retention.ms` within seconds.
     pub(crate) native_retention: bool,
@@ -134,9 +134,18 @@ impl KafkaBus {
         admin: Arc<AdminClient<DefaultClientContext>>,
         facts: ClusterFacts,
     ) -> Result<Self, BusError> {
+        let reported = Arc::new(crate::locate::Reported::default());
         let producers = [
-            RwLock::new(Arc::new(client::producer(&options, Delivery::Plain)?)),
-            RwLock::new(Arc::new(client::producer(&options, Delivery::Uid)?)),
+            RwLock::new(Arc::new(client::producer(
+                &options,
+                Delivery::Plain,
+                Arc::clone(&reported),
+            )?)),
+            RwLock::new(Arc::new(client::producer(
+                &options,
+                Delivery::Uid,
+                Arc::clone(&reported),
+            )?)),
         ];
         let bus = Self {
             executor: Arc::default(),
@@ -146,7 +155,7 @@ impl KafkaBus {
                 registry: Mutex::new(Registry::open(&options)?),
                 pool: reader::Pool::new(&options)?,
                 partitions: Mutex::new(HashMap::new()),
-                claimed: crate::locate::Claimed::default(),
+                reported,
                 auth: RwLock::new(None),
                 native_retention: facts.native_retention,
                 brokers: facts.brokers,
@@ -307,28 +316,52 @@ impl Core {
     /// (an idempotent producer can, e.g. after lost sequence numbers), so
     /// the bus recovers without the caller rebuilding it.
     pub(crate) fn heal_producer(&self, kind: Delivery, failed: &Arc<Producer>) {
-        if failed.client().fatal_error().is_none() {
+        if let Some((_, reason)) = failed.client().fatal_error() {
+            self.replace_producer(kind, failed, &format!("failed fatally: {reason}"));
+        }
+    }
+
+    /// Replaces the plain producer when it has delivered nothing for two
+    /// bus timeouts while calls kept timing out: after a broker restarts,
+    /// librdkafka's idempotent producer can stay in its drain of cut-off
+    /// requests while every new record times out behind it (CI saw a minute
+    /// of it). A fresh producer gets a new producer id and delivers at once.
+    /// Records the old one held were already reported to their callers as
+    /// timed out (outcome unknown, C10). The UID producer is never replaced
+    /// this way: its late reports keep a retried UID from a second copy.
+    pub(crate) fn heal_stalled(&self, kind: Delivery, stalled: &Arc<Producer>) {
+        if kind != Delivery::Plain {
             return;
         }
+        let quiet_ms = stalled.context().quiet_ms();
+        let limit = u64::try_from(self.options.timeout.as_millis() * 2).unwrap_or(u64::MAX);
+        if quiet_ms >= limit {
+            self.replace_producer(
+                kind,
+                stalled,
+                &format!("delivered nothing for {quiet_ms} ms"),
+            );
+        }
+    }
+
+    fn replace_producer(&self, kind: Delivery, old: &Arc<Producer>, why: &str) {
         let mut slot = self
             .producer_slot(kind)
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !Arc::ptr_eq(&slot, failed) {
+        if !Arc::ptr_eq(&slot, old) {
             return;
         }
-        let cause = failed.client().fatal_error().map(|(_, reason)| reason);
-        match client::producer(&self.options, kind) {
+        match client::producer(&self.options, kind, Arc::clone(&self.reported)) {
             Ok(fresh) => {
-                tracing::warn!(
-                    cause = cause.as_deref().unwrap_or(""),
-                    "kafka: the producer failed fatally; replaced by a new one"
-                );
-                *slot = Arc::new(fresh);
+                tracing::warn!(why, ?kind, "kafka: a producer was replaced by a new one");
+                let retired = std::mem::replace(&mut *slot, Arc::new(fresh));
+                client::retire(retired);
             }
             Err(error) => tracing::error!(
                 %error,
-                "kafka: the producer failed fatally and a new one could not be built"
+                why,
+                "kafka: a producer could not be replaced"
             ),
         }
     }

@@ -81,8 +81,43 @@ impl Late {
     }
 }
 
-/// Hands each delivery report to the caller waiting for it.
-pub(crate) struct DeliveryContext;
+/// Hands each delivery report to the caller waiting for it, and notes the
+/// offset it names (see [`crate::locate::Reported`]).
+pub(crate) struct DeliveryContext {
+    reported: Arc<crate::locate::Reported>,
+    /// When the producer was made, and when it last delivered (epoch ms).
+    created_ms: u64,
+    delivered_ms: std::sync::atomic::AtomicU64,
+}
+
+impl DeliveryContext {
+    /// Milliseconds since the producer last delivered a record (or was
+    /// made, if it never did).
+    pub(crate) fn quiet_ms(&self) -> u64 {
+        let last = self
+            .delivered_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .max(self.created_ms);
+        bus_core::now_ms().saturating_sub(last)
+    }
+}
+
+/// Drops a replaced producer off the callers' threads, once no call holds
+/// it any more (librdkafka's destroy can take a while, C10).
+pub(crate) fn retire(old: Arc<Producer>) {
+    let spawned = std::thread::Builder::new()
+        .name("bus-kafka-retire".into())
+        .spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while Arc::strong_count(&old) > 1 && Instant::now() < deadline {
+                std::thread::park_timeout(Duration::from_millis(100));
+            }
+            drop(old);
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "kafka: no thread to retire a producer; dropped here");
+    }
+}
 
 impl ClientContext for DeliveryContext {}
 
@@ -91,7 +126,17 @@ impl ProducerContext for DeliveryContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, ticket: Box<Ticket>) {
         let outcome = match result {
-            Ok(message) => Ok(message.offset()),
+            Ok(message) => {
+                self.delivered_ms
+                    .store(bus_core::now_ms(), std::sync::atomic::Ordering::Relaxed);
+                if let (Ok(offset), Ok(partition)) = (
+                    u64::try_from(message.offset()),
+                    u32::try_from(message.partition()),
+                ) {
+                    self.reported.note(message.topic(), partition, offset);
+                }
+                Ok(message.offset())
+            }
             Err((error, _)) => Err(error.clone()),
         };
         if let Some(late) = &ticket.late {
@@ -164,9 +209,17 @@ const UID_DELIVERY_FLOOR: Duration = Duration::from_secs(30);
 /// Builds an idempotent producer: `acks=all`, requests bounded by the bus
 /// timeout, delivery retried as [`Delivery`] says, partitions always chosen
 /// by the bus.
-pub(crate) fn producer(options: &KafkaOptions, kind: Delivery) -> Result<Producer, BusError> {
+pub(crate) fn producer(
+    options: &KafkaOptions,
+    kind: Delivery,
+    reported: Arc<crate::locate::Reported>,
+) -> Result<Producer, BusError> {
     producer_config(options, kind)
-        .create_with_context(DeliveryContext)
+        .create_with_context(DeliveryContext {
+            reported,
+            created_ms: bus_core::now_ms(),
+            delivered_ms: std::sync::atomic::AtomicU64::new(0),
+        })
         .map_err(|error| map_error(options, "creating the Kafka producer", error))
 }
 

@@ -13,11 +13,16 @@
 //! clock slack, the broker stamps `LogAppendTime`). Records of one call are
 //! matched in produce order, between the offsets the call's other records
 //! on the partition were reported at (the idempotent producer keeps a
-//! partition's records in order), and an offset this bus already handed out
-//! this way is never handed out twice, so identical records published at
-//! once get distinct offsets.
+//! partition's records in order), above the highest offset any delivery
+//! report of this bus had named on the partition before the call queued its
+//! records (those records were stored first), and never at an offset a
+//! recent delivery report or read-back of this bus named: identical records
+//! published at once, or one a minute apart, get their own offsets. What
+//! this cannot tell apart is an identical record another process stored in
+//! the same minute whose offset this bus never saw.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use bus_core::BusError;
@@ -36,23 +41,91 @@ const PAGE: u64 = 2_000;
 /// ago is among the newest, unless a flood of other records followed it.
 const SCAN_LIMIT: u64 = 1_000_000;
 
-/// Offsets handed out by [`resolve`], per Kafka topic and partition.
-pub(crate) type Claimed = std::sync::Mutex<HashSet<(String, u32, u64)>>;
+/// Offsets remembered per partition as recently reported or read back.
+const RECENT: usize = 1_024;
+
+/// What this bus's delivery reports (and read-backs) named, per Kafka topic
+/// and partition: the highest offset, and the most recent ones.
+#[derive(Default)]
+pub(crate) struct Reported {
+    partitions: Mutex<HashMap<(String, u32), Seen>>,
+    /// One read-back chooses its offsets at a time (choose, then note).
+    choosing: Mutex<()>,
+}
+
+#[derive(Default)]
+struct Seen {
+    max: u64,
+    recent: VecDeque<u64>,
+}
+
+impl Reported {
+    /// Notes that `offset` of `topic`/`partition` was handed to a caller.
+    pub(crate) fn note(&self, topic: &str, partition: u32, offset: u64) {
+        let mut partitions = lock(&self.partitions);
+        let seen = partitions.entry((topic.to_owned(), partition)).or_default();
+        seen.max = seen.max.max(offset);
+        if seen.recent.len() == RECENT {
+            seen.recent.pop_front();
+        }
+        seen.recent.push_back(offset);
+    }
+
+    /// The highest offset reported on `topic`/`partition` so far.
+    pub(crate) fn floor(&self, topic: &str, partition: u32) -> Option<u64> {
+        lock(&self.partitions)
+            .get(&(topic.to_owned(), partition))
+            .map(|seen| seen.max)
+    }
+
+    fn recently(&self, topic: &str, partition: u32, offset: u64) -> bool {
+        lock(&self.partitions)
+            .get(&(topic.to_owned(), partition))
+            .is_some_and(|seen| seen.recent.contains(&offset))
+    }
+}
+
+/// The highest offset reported on each partition of `records` before they
+/// are queued: each of them will be stored above it.
+pub(crate) fn floors(core: &Core, kafka_topic: &str, records: &[Prepared]) -> HashMap<u32, u64> {
+    let mut out = HashMap::new();
+    for record in records {
+        if let Some(floor) = core.reported.floor(kafka_topic, record.partition) {
+            out.insert(record.partition, floor);
+        }
+    }
+    out
+}
 
 /// One outcome of a delivery: the offset, `None` when the record is stored
 /// but its report had no offset, or the error.
 pub(crate) type Delivered = Result<Option<u64>, BusError>;
 
+/// When a call began: the wall clock, and the [`floors`] of its partitions.
+pub(crate) struct Start {
+    pub since_ms: i64,
+    pub floors: HashMap<u32, u64>,
+}
+
+impl Start {
+    pub(crate) fn now(core: &Core, kafka_topic: &str, records: &[Prepared]) -> Self {
+        Self {
+            since_ms: i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX),
+            floors: floors(core, kafka_topic, records),
+        }
+    }
+}
+
 /// Turns `outcomes` (one per record of `records`, produced to `kafka_topic`
-/// from `since_ms` on) into offsets, finding those the delivery reports
-/// left out; a record not found by `deadline` is a `Timeout` (it is stored:
-/// a retry with its UID gets it back).
+/// after `start`) into offsets, finding those the delivery reports left
+/// out; a record not found by `deadline` is a `Timeout` (it is stored: a
+/// retry with its UID gets it back).
 pub(crate) fn resolve(
     core: &Core,
     kafka_topic: &str,
     records: &[Prepared],
     outcomes: Vec<Delivered>,
-    since_ms: i64,
+    start: &Start,
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
     let mut unknown: HashMap<u32, Vec<usize>> = HashMap::new();
@@ -78,6 +151,7 @@ pub(crate) fn resolve(
                     .filter_map(known)
                     .filter(|(p, _)| *p == partition)
                     .map(|(_, offset)| offset)
+                    .chain(start.floors.get(&partition).copied())
                     .max(),
                 below: (i + 1..outcomes.len())
                     .filter_map(known)
@@ -86,7 +160,14 @@ pub(crate) fn resolve(
                     .min(),
             })
             .collect();
-        let offsets = locate(core, kafka_topic, partition, &wanted, since_ms, deadline);
+        let offsets = locate(
+            core,
+            kafka_topic,
+            partition,
+            &wanted,
+            start.since_ms,
+            deadline,
+        );
         for (position, &index) in indices.iter().enumerate() {
             let offset = match &offsets {
                 Ok(offsets) => offsets[position].ok_or_else(|| not_found(core, None)),
@@ -143,12 +224,19 @@ fn locate(
         .pool
         .watermarks(options, kafka_topic, kafka_partition, deadline)?;
     let oldest = since_ms.saturating_sub(CLOCK_SLACK_MS);
+    // Nothing at or below every record's lower bound can be one of them.
+    let bottom = records
+        .iter()
+        .map(|wanted| wanted.above.map_or(low, |above| above + 1))
+        .min()
+        .unwrap_or(low)
+        .max(low);
     // Matching records newest page first, until a page is all older than
-    // the publish.
+    // the publish or below every bound.
     let mut candidates: Vec<(u64, Vec<usize>)> = Vec::new();
     let mut end = high;
-    while end > low && high - end < SCAN_LIMIT {
-        let start = low.max(end.saturating_sub(PAGE));
+    while end > bottom && high - end < SCAN_LIMIT {
+        let start = bottom.max(end.saturating_sub(PAGE));
         let count = usize::try_from(end - start).unwrap_or(usize::MAX);
         let page = core.pool.read(
             options,
@@ -180,7 +268,9 @@ fn locate(
         end = start;
     }
     candidates.sort_unstable_by_key(|(offset, _)| *offset);
-    let mut claimed = lock(&core.claimed);
+    let _one_at_a_time = lock(&core.reported.choosing);
+    // Offsets a recent report or read-back named belong to other records.
+    candidates.retain(|(offset, _)| !core.reported.recently(kafka_topic, partition, *offset));
     let mut out = vec![None; records.len()];
     // The offset of the call's previous record found here.
     let mut floor = None;
@@ -190,10 +280,9 @@ fn locate(
             above.is_none_or(|above| *offset > above)
                 && wanted.below.is_none_or(|below| *offset < below)
                 && matching.contains(&slot)
-                && !claimed.contains(&(kafka_topic.to_owned(), partition, *offset))
         });
         if let Some(&(offset, _)) = hit {
-            claimed.insert((kafka_topic.to_owned(), partition, offset));
+            core.reported.note(kafka_topic, partition, offset);
             *found = Some(offset);
             floor = Some(offset);
         }

@@ -11,8 +11,8 @@ use bus_core::backend::BatchItem;
 use bus_core::{BusError, EventBus, Headers, Manifest, TopicSpec};
 use serde_json::json;
 
-use crate::locate::resolve;
-use crate::publish::{Prepared, now_ms_i64, prepare_all};
+use crate::locate::{Start, resolve};
+use crate::publish::{Prepared, prepare_all};
 use crate::{KafkaBus, KafkaOptions};
 
 /// A bus on its own manifest topic and its options, or `None` (a loud
@@ -55,15 +55,32 @@ fn offsets(found: Vec<Result<u64, BusError>>) -> Vec<u64> {
         .collect()
 }
 
+/// A [`Start`] at `since_ms` with no floors (a bus that saw no report).
+fn at(since_ms: i64) -> Start {
+    Start {
+        since_ms,
+        floors: std::collections::HashMap::new(),
+    }
+}
+
+fn unknown(n: usize) -> Vec<Result<Option<u64>, BusError>> {
+    (0..n).map(|_| Ok(None)).collect()
+}
+
+fn connect(options: &KafkaOptions) -> KafkaBus {
+    KafkaBus::connect_with(options.clone()).unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
 #[test]
 fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
-    let Some((bus, options)) = bus("records_reported_without_an_offset_are_found") else {
+    let Some((writer, options)) = bus("records_reported_without_an_offset_are_found") else {
         return;
     };
     let topic = format!("locate-{}", bus_conformance::namespace_id(8));
-    bus.provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
+    writer
+        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
         .unwrap_or_else(|e| panic!("provision: {e}"));
-    let since = now_ms_i64();
+    let since = i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX);
     let headers = Headers::try_from_pairs([("trace", "t-1")]).unwrap_or_else(|e| panic!("{e}"));
     let none = Headers::new();
     let (same, other) = (json!({ "n": 1 }), json!({ "n": 2 }));
@@ -73,37 +90,39 @@ fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
         uid,
         headers,
     };
-    // Identical records, one with headers, one with a UID.
+    // Identical records, one with headers, one with a UID, stored by
+    // another bus: the reader's own reports never named them.
     let items = [
         item(&same, None, &none),
         item(&same, None, &none),
         item(&same, None, &headers),
         item(&other, Some("u-1"), &none),
     ];
-    let acks = bus
+    let acks = writer
         .publish_many(&topic, &items)
         .unwrap_or_else(|e| panic!("publish_many: {e}"));
     let want: Vec<u64> = acks.iter().map(|ack| ack.offset).collect();
-    let (kafka_topic, records) = prepared(&bus, &topic, &items);
+    let (kafka_topic, records) = prepared(&writer, &topic, &items);
+    let reader = connect(&options);
     // No report had an offset: the identical records get distinct offsets,
     // in produce order.
     let found = resolve(
-        &bus.core,
+        &reader.core,
         &kafka_topic,
         &records,
-        (0..4).map(|_| Ok(None)).collect(),
-        since,
+        unknown(4),
+        &at(since),
         deadline(),
     );
     assert_eq!(offsets(found), want);
     // Handed out once: the same records reported again are not found, and
     // that is a timeout (stored, offset unknown), never a wrong offset.
     let again = resolve(
-        &bus.core,
+        &reader.core,
         &kafka_topic,
         &records[..2],
-        (0..2).map(|_| Ok(None)).collect(),
-        since,
+        unknown(2),
+        &at(since),
         deadline(),
     );
     assert!(
@@ -114,43 +133,64 @@ fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
     );
     // A record appended before the publish began (less the clock slack)
     // is not the one looked for.
-    let later = since + 120_000;
-    let other_bus = KafkaBus::connect_with(options).unwrap_or_else(|e| panic!("connect: {e}"));
+    let fresh = connect(&options);
     let late = resolve(
-        &other_bus.core,
+        &fresh.core,
         &kafka_topic,
         &records[3..],
-        vec![Ok(None)],
-        later,
+        unknown(1),
+        &at(since + 120_000),
         deadline(),
     );
     assert!(
         matches!(late[..], [Err(BusError::Timeout { .. })]),
         "{late:?}"
     );
-    // A record the call's neighbours' offsets bound: another bus (nothing
-    // handed out yet) told that the first record was stored at its offset
-    // finds the second after it, not the identical first.
+    // The call's neighbours bound a record: told that the first record was
+    // stored at its offset, the second is found after it, not the identical
+    // first.
     let outcomes = vec![Ok(Some(want[0])), Ok(None)];
     let found = resolve(
-        &other_bus.core,
+        &fresh.core,
         &kafka_topic,
         &records[..2],
         outcomes,
-        since,
+        &at(since),
         deadline(),
     );
     assert_eq!(offsets(found), want[..2]);
+    // A heartbeat: a bus published the same record before (its report
+    // named the offset), then again, and this time the report had none.
+    // The earlier one, and every identical record stored before it, lie at
+    // or below the floor: the new record is found above it.
+    let heartbeat = connect(&options);
+    let first = heartbeat
+        .publish(&topic, "k", &same)
+        .unwrap_or_else(|e| panic!("publish: {e}"));
+    let start = Start::now(&heartbeat.core, &kafka_topic, &records[..1]);
+    assert_eq!(start.floors.get(&0), Some(&first.offset));
+    let second = writer
+        .publish(&topic, "k", &same)
+        .unwrap_or_else(|e| panic!("publish: {e}"));
+    let found = resolve(
+        &heartbeat.core,
+        &kafka_topic,
+        &records[..1],
+        unknown(1),
+        &start,
+        deadline(),
+    );
+    assert_eq!(offsets(found), [second.offset]);
     // A record never stored is not found either; an error passes through.
-    let (_, never) = prepared(&bus, &topic, &[item(&json!({ "n": 3 }), None, &none)]);
+    let (_, never) = prepared(&writer, &topic, &[item(&json!({ "n": 3 }), None, &none)]);
     let failed = || BusError::backend("kafka", "refused");
     let records = [never[0].clone(), never[0].clone()];
     let got = resolve(
-        &bus.core,
+        &reader.core,
         &kafka_topic,
         &records,
         vec![Ok(None), Err(failed())],
-        since,
+        &at(since),
         deadline(),
     );
     assert!(matches!(got[0], Err(BusError::Timeout { .. })), "{got:?}");

@@ -76,18 +76,13 @@ pub(crate) fn produce(
     lates: &[Option<Arc<Late>>],
     deadline: Instant,
 ) -> Vec<Result<u64, BusError>> {
-    let since_ms = now_ms_i64();
+    let start = locate::Start::now(core, topic, records);
     let delivered = deliver(core, records.len(), lates, deadline, |index, ticket| {
         to_record(topic, &records[index], ticket)
     });
-    let out = locate::resolve(core, topic, records, delivered, since_ms, deadline);
+    let out = locate::resolve(core, topic, records, delivered, &start, deadline);
     stored(topic, records, &out);
     out
-}
-
-/// The wall clock in epoch milliseconds, as Kafka timestamps count.
-pub(crate) fn now_ms_i64() -> i64 {
-    i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX)
 }
 
 /// Counts the records of `records` whose delivery succeeded (metrics).
@@ -208,6 +203,11 @@ pub(crate) fn deliver<'a>(
                 Err(map_error(&core.options, "publish", error))
             }
         });
+    }
+    if out.iter().any(Option::is_none) {
+        // No report by the deadline: a producer stuck after a broker
+        // restart is replaced (see Core::heal_stalled).
+        core.heal_stalled(kind, &producer);
     }
     out.into_iter()
         .map(|outcome| outcome.unwrap_or_else(|| Err(timed_out(&core.options, "publish"))))

@@ -57,9 +57,16 @@ impl<B: EventBus + 'static> ColdBus<B> {
                 None if !out.is_empty() => return Ok(out),
                 None => {
                     let manifest = self.shared.tier.manifest(topic, partition)?;
-                    if manifest.ranges.is_empty() {
-                        // Nothing archived: the hot log alone, as without a tier.
-                        return inner.fetch_with_headers(topic, partition, next, max);
+                    if !manifest.ever_archived() || manifest.end() >= hot.first {
+                        // Nothing archived (the hot log alone, as without a
+                        // tier), or all the tier held below the hot start
+                        // has expired: the read begins at the hot start.
+                        return inner.fetch_with_headers(
+                            topic,
+                            partition,
+                            next.max(hot.first),
+                            max,
+                        );
                     }
                     let from = manifest.end().max(next);
                     return Err(missing(topic, partition, from, hot.first));

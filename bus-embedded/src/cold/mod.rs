@@ -388,9 +388,11 @@ pub(crate) fn fetch(
             None if !out.is_empty() => return Ok(out),
             None => {
                 let manifest = tier.manifest(topic, partition)?;
-                if manifest.ranges.is_empty() {
-                    // Nothing archived yet: the hot log alone, as without a tier.
-                    return part.fetch(next, max, auth);
+                if !manifest.ever_archived() || manifest.end() >= hot_start {
+                    // Nothing archived yet (the hot log alone, as without a
+                    // tier), or all the tier held below the hot start has
+                    // expired: the read begins at the hot start.
+                    return part.fetch(next.max(hot_start), max, auth);
                 }
                 return Err(missing(
                     topic,

@@ -13,6 +13,7 @@
 //! again finishes it.
 
 use bus_cold::{ColdLocation, ColdTier};
+use bus_core::auth::RecordAuth;
 use bus_core::{BusError, EventBus, Manifest, TopicSpec};
 
 use crate::EmbeddedBus;
@@ -54,9 +55,11 @@ pub fn restore(bus: &EmbeddedBus, spec: &TopicSpec, location: &str) -> Result<Ve
     let parsed = ColdLocation::parse(location)?;
     let tier = ColdTier::open(&parsed)?;
     tier.check()?;
-    let ends = archived_ends(&tier, spec, &parsed)?;
+    let auth = bus.inner.auth();
+    let ends = archived_ends(&tier, spec, &parsed, auth.as_ref())?;
     let topic_dir = bus.inner.topics_dir.join(dir_name(&spec.name));
     crate::fsutil::create_dir(&topic_dir)?;
+    refuse_other_partitions(&topic_dir, spec.partitions)?;
     for (partition, &end) in (0..spec.partitions).zip(&ends) {
         let dir = partition_dir(&topic_dir, partition);
         crate::fsutil::create_dir(&dir)?;
@@ -81,19 +84,51 @@ pub fn restore(bus: &EmbeddedBus, spec: &TopicSpec, location: &str) -> Result<Ve
     Ok(ends)
 }
 
+/// An earlier, interrupted restore with more partitions left directories
+/// this spec would not own: refused (the next open would call the topic
+/// damaged).
+fn refuse_other_partitions(topic_dir: &std::path::Path, partitions: u32) -> Result<(), BusError> {
+    for entry in std::fs::read_dir(topic_dir)? {
+        let name = entry?.file_name();
+        let index = name
+            .to_str()
+            .and_then(|name| name.strip_prefix('p'))
+            .and_then(|digits| digits.parse::<u32>().ok());
+        if index.is_some_and(|index| index >= partitions) {
+            return Err(BusError::invalid(
+                "spec.partitions",
+                format!(
+                    "{} holds partition directory {} of an interrupted restore with more partitions; remove it to restore",
+                    topic_dir.display(),
+                    name.to_string_lossy()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The tier's end offset for each partition of `spec`, once the tier is
 /// seen to hold this topic as `spec` describes it.
 fn archived_ends(
     tier: &ColdTier,
     spec: &TopicSpec,
     location: &ColdLocation,
+    auth: Option<&RecordAuth>,
 ) -> Result<Vec<u64>, BusError> {
     let mut ends = Vec::new();
     for partition in 0..spec.partitions {
-        let end = tier.manifest(&spec.name, partition)?.end();
-        if end > 0 {
-            // The newest object reads (and is this partition's).
-            tier.read(&spec.name, partition, end - 1, 1)?;
+        let manifest = tier.manifest(&spec.name, partition)?;
+        let end = manifest.end();
+        if manifest.start().is_some() {
+            // The newest object reads (and is this partition's), and its
+            // newest record's tag verifies with this bus's control key, if
+            // it has one: a restore with the wrong key would make every
+            // history read an `Integrity` error.
+            let newest = tier.read(&spec.name, partition, end - 1, 1)?;
+            for record in newest {
+                bus_cold::to_record(&spec.name, partition, record, auth)?;
+            }
         }
         ends.push(end);
     }
