@@ -57,7 +57,9 @@ impl<B: EventBus + 'static> ColdBus<B> {
                 None if !out.is_empty() => return Ok(out),
                 None => {
                     let manifest = self.shared.tier.manifest(topic, partition)?;
-                    if !manifest.ever_archived() || manifest.end() >= hot.first {
+                    if !manifest.ever_archived()
+                        || (manifest.ranges.is_empty() && manifest.end() >= hot.first)
+                    {
                         // Nothing archived (the hot log alone, as without a
                         // tier), or all the tier held below the hot start
                         // has expired: the read begins at the hot start.

@@ -388,7 +388,9 @@ pub(crate) fn fetch(
             None if !out.is_empty() => return Ok(out),
             None => {
                 let manifest = tier.manifest(topic, partition)?;
-                if !manifest.ever_archived() || manifest.end() >= hot_start {
+                if !manifest.ever_archived()
+                    || (manifest.ranges.is_empty() && manifest.end() >= hot_start)
+                {
                     // Nothing archived yet (the hot log alone, as without a
                     // tier), or all the tier held below the hot start has
                     // expired: the read begins at the hot start.
