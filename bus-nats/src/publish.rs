@@ -116,10 +116,15 @@ pub(crate) async fn send_all(
     let mut pending = Vec::with_capacity(records.len());
     for record in records {
         let size = record.payload.len() + headers_len(&record.headers);
-        let headers = record.resend.as_ref().map(|_| record.headers.clone());
+        let headers = Some(record.headers.clone());
         let retry = record
             .resend
             .map(|resend| (record.subject.clone(), record.payload.clone(), resend));
+        // A record without a UID is sent again only after "no responders":
+        // no server took it, so it cannot be stored twice.
+        let again = retry
+            .is_none()
+            .then(|| (record.subject.clone(), record.payload.clone()));
         // A UID record may be sent again (the message id deduplicates), so
         // it waits for its ack in short attempts; others wait once.
         let js = if retry.is_some() {
@@ -130,14 +135,39 @@ pub(crate) async fn send_all(
         let sent = js
             .publish_with_headers(record.subject, record.headers, record.payload)
             .await;
-        pending.push((record.partition, size, sent, retry, headers));
+        pending.push((record.partition, size, sent, retry, headers, again));
     }
     let mut acks = Vec::with_capacity(pending.len());
-    for (partition, size, sent, retry, headers) in pending {
+    for (partition, size, sent, retry, headers, again) in pending {
         let mut acked = match sent {
             Ok(future) => future.await,
             Err(error) => Err(error),
         };
+        // "No responders" for a record without a UID: its stream has no
+        // leader yet (a replicated stream just created, or electing after
+        // its leader died). Unless the stream is gone, send it again shortly
+        // until the timeout.
+        if let (Some((subject, payload)), Some(headers)) = (&again, &headers) {
+            let mut stream_exists = false;
+            while let Err(error) = &acked {
+                if error.kind() != PublishErrorKind::StreamNotFound
+                    || tokio::time::Instant::now() + NO_LEADER_PAUSE + RESEND_INTERVAL > deadline
+                    || !(stream_exists || !stream_gone(&shared, &topic, partition).await)
+                {
+                    break;
+                }
+                stream_exists = true;
+                tokio::time::sleep(NO_LEADER_PAUSE).await;
+                acked = match shared
+                    .js
+                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
+                    .await
+                {
+                    Ok(future) => future.await,
+                    Err(error) => Err(error),
+                };
+            }
+        }
         if let (Some((subject, payload, _)), Some(headers)) = (&retry, &headers) {
             let mut stream_exists = false;
             let mut resends = 0_u32;
@@ -234,7 +264,7 @@ pub(crate) async fn send_all(
     Ok(acks)
 }
 
-/// Between two sends of a UID record while its stream has no leader.
+/// Between two sends of a record while its stream has no leader.
 const NO_LEADER_PAUSE: Duration = Duration::from_millis(200);
 
 /// Whether the server says `partition`'s stream does not exist (asked with
