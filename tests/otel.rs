@@ -361,6 +361,7 @@ fn the_callers_traceparent_is_kept_and_a_bad_one_refused() {
 #[test]
 fn every_record_of_a_batch_carries_the_trace() {
     exporter();
+    #[cfg_attr(not(feature = "embedded"), allow(unused_variables))]
     let dir = tempfile::tempdir().unwrap();
     #[cfg_attr(not(feature = "embedded"), allow(unused_mut))]
     let mut urls = vec!["memory://".to_owned()];

@@ -173,7 +173,7 @@ pub fn steal_ticks() -> Option<u64> {
 /// port the kernel handed out by binding port 0 was taken that way by a
 /// test in another lane, CI rehearsal of 2026-12-07), and clear of the
 /// fixed ports of the scripts (24222.., 26000.., 29092..).
-const TEST_PORTS: std::ops::Range<u16> = 20_000..24_000;
+pub const TEST_PORTS: std::ops::Range<u16> = 20_000..24_000;
 
 /// A port of [`TEST_PORTS`] nothing listens on, never handed out twice in
 /// one process.
