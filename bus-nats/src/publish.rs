@@ -150,9 +150,12 @@ pub(crate) async fn send_all(
         if let (Some((subject, payload)), Some(headers)) = (&again, &headers) {
             let mut stream_exists = false;
             while let Err(error) = &acked {
-                if error.kind() != PublishErrorKind::StreamNotFound
-                    || tokio::time::Instant::now() + NO_LEADER_PAUSE + RESEND_INTERVAL > deadline
-                    || !(stream_exists || !stream_gone(&shared, &topic, partition).await)
+                let no_leader = error.kind() == PublishErrorKind::StreamNotFound;
+                let in_time =
+                    tokio::time::Instant::now() + NO_LEADER_PAUSE + RESEND_INTERVAL <= deadline;
+                if !no_leader
+                    || !in_time
+                    || (!stream_exists && stream_gone(&shared, &topic, partition).await)
                 {
                     break;
                 }
