@@ -37,6 +37,9 @@ impl<B: EventBus + 'static> ColdBus<B> {
             if next >= hot.first {
                 let page = inner.fetch_with_headers(topic, partition, next, max - out.len())?;
                 match page.first() {
+                    // A trim may have moved the hot start past `next`
+                    // since it was read: the tier has those records now.
+                    None if inner.offsets(topic, partition)?.first > next => continue,
                     None => return Ok(out),
                     Some(first) if first.event.offset == next => {
                         out.extend(page);

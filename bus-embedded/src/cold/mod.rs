@@ -366,6 +366,10 @@ pub(crate) fn fetch(
         if next >= hot_start {
             let page = part.fetch(next, max - out.len(), auth)?;
             match page.first() {
+                // Retention may have moved the hot start past `next` since
+                // it was read (the hot log is empty from there): the tier
+                // has those records now.
+                None if part.offsets().first > next => continue,
                 None => return Ok(out),
                 Some(first) if first.event.offset == next => {
                     out.extend(page);
