@@ -40,6 +40,16 @@ fn records(topic: &str, n: u64) -> Vec<ColdRecord> {
         .collect()
 }
 
+/// Where the object of the consecutive records `c` belongs.
+fn place<'a>(topic: &'a str, c: &[ColdRecord]) -> format::Place<'a> {
+    format::Place {
+        topic,
+        partition: 0,
+        from: c[0].offset,
+        end: c[0].offset + c.len() as u64,
+    }
+}
+
 fn raw_store(location: &ColdLocation) -> Arc<dyn ObjectStore> {
     match location {
         ColdLocation::Local { root } => {
@@ -101,27 +111,13 @@ fn main() {
     let value_bytes: usize = all.iter().map(|r| r.value.len()).sum();
     let objects: Vec<Vec<u8>> = all
         .chunks(DEFAULT_OBJECT_RECORDS)
-        .map(|c| {
-            let place = format::Place {
-                topic,
-                partition: 0,
-                from: c[0].offset,
-                end: c[0].offset + c.len() as u64,
-            };
-            format::encode(place, c).unwrap()
-        })
+        .map(|c| format::encode(place(topic, c), c).unwrap())
         .collect();
     let object_bytes: usize = objects.iter().map(Vec::len).sum();
     let compressed_bytes = |compression: Compression| -> usize {
         all.chunks(DEFAULT_OBJECT_RECORDS)
             .map(|c| {
-                let place = format::Place {
-                    topic,
-                    partition: 0,
-                    from: c[0].offset,
-                    end: c[0].offset + c.len() as u64,
-                };
-                format::encode_compressed(place, c, compression)
+                format::encode_compressed(place(topic, c), c, compression)
                     .unwrap()
                     .len()
             })

@@ -161,14 +161,7 @@ pub(crate) async fn send_all(
                 }
                 stream_exists = true;
                 tokio::time::sleep(NO_LEADER_PAUSE).await;
-                acked = match shared
-                    .js
-                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
-                    .await
-                {
-                    Ok(future) => future.await,
-                    Err(error) => Err(error),
-                };
+                acked = send_again(&shared.js, subject, headers, payload).await;
             }
         }
         if let (Some((subject, payload, _)), Some(headers)) = (&retry, &headers) {
@@ -210,14 +203,7 @@ pub(crate) async fn send_all(
                     "nats: resending a UID record"
                 );
                 tokio::time::sleep(pause).await;
-                acked = match shared
-                    .resend_js
-                    .publish_with_headers(subject.clone(), headers.clone(), payload.clone())
-                    .await
-                {
-                    Ok(future) => future.await,
-                    Err(error) => Err(error),
-                };
+                acked = send_again(&shared.resend_js, subject, headers, payload).await;
             }
         }
         let sequence = match (acked, retry) {
@@ -265,6 +251,22 @@ pub(crate) async fn send_all(
         });
     }
     Ok(acks)
+}
+
+/// Sends a record again through `js` and awaits its ack.
+async fn send_again(
+    js: &async_nats::jetstream::Context,
+    subject: &str,
+    headers: &HeaderMap,
+    payload: &Bytes,
+) -> Result<async_nats::jetstream::publish::PublishAck, PublishError> {
+    match js
+        .publish_with_headers(subject.to_owned(), headers.clone(), payload.clone())
+        .await
+    {
+        Ok(future) => future.await,
+        Err(error) => Err(error),
+    }
 }
 
 /// Between two sends of a record while its stream has no leader.

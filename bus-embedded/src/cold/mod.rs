@@ -70,6 +70,17 @@ fn tier_of(partition: &Partition) -> Result<Option<Arc<ColdTier>>, BusError> {
     Ok(attached(partition)?.map(|attached| attached.tier))
 }
 
+/// The tier of `topic` (whose partition `part` is), or an error saying to
+/// attach one: archiving and cold retention need it.
+fn attached_tier(part: &Partition, topic: &str) -> Result<Arc<ColdTier>, BusError> {
+    tier_of(part)?.ok_or_else(|| {
+        BusError::invalid(
+            "topic",
+            format!("{topic:?} has no cold tier; attach one first (bus_embedded::cold::attach)"),
+        )
+    })
+}
+
 /// The partition's topic's tier and options, if it has one.
 fn attached(partition: &Partition) -> Result<Option<Attached>, BusError> {
     let Some(dir) = topic_dir(partition) else {
@@ -194,14 +205,7 @@ pub fn expire_cold(bus: &EmbeddedBus, topic: &str, cutoff_ms: u64) -> Result<u64
     let mut expired = 0;
     for id in 0..partitions {
         let part = bus.inner.readable(topic, id)?;
-        let Some(tier) = tier_of(&part)? else {
-            return Err(BusError::invalid(
-                "topic",
-                format!(
-                    "{topic:?} has no cold tier; attach one first (bus_embedded::cold::attach)"
-                ),
-            ));
-        };
+        let tier = attached_tier(&part, topic)?;
         expired += tier.expire(topic, id, cutoff_ms)?;
     }
     Ok(expired)
@@ -219,14 +223,7 @@ fn archive_until(bus: &EmbeddedBus, topic: &str, until: Until) -> Result<u64, Bu
     let mut archived = 0;
     for id in 0..partitions {
         let part = bus.inner.readable(topic, id)?;
-        let Some(tier) = tier_of(&part)? else {
-            return Err(BusError::invalid(
-                "topic",
-                format!(
-                    "{topic:?} has no cold tier; attach one first (bus_embedded::cold::attach)"
-                ),
-            ));
-        };
+        let tier = attached_tier(&part, topic)?;
         let end = match until {
             Until::Sealed => part
                 .reader()
