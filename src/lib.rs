@@ -10,9 +10,9 @@ pub use bus_core::cloudevents;
 #[cfg(feature = "otel")]
 pub use bus_core::otel;
 pub use bus_core::{
-    AckDurability, BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, Compression,
-    DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus, EventBusExt,
-    Headers, InvalidName, MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_HEADERS,
+    AckDurability, BatchRecord, BatchRecordWithHeaders, BusError, Capabilities, ColdSpec,
+    Compression, DEFAULT_DEDUP_WINDOW_MS, DEFAULT_MAX_RECORD_BYTES, DedupHorizon, EventBus,
+    EventBusExt, Headers, InvalidName, MAX_HEADER_NAME_BYTES, MAX_HEADER_VALUE_BYTES, MAX_HEADERS,
     MAX_HEADERS_BYTES, MAX_JSON_DEPTH, MAX_KEY_BYTES, MAX_PARTITIONS, MAX_RECORD_BYTES_LIMIT,
     MAX_UID_BYTES, Manifest, PartitionOffsets, PublishAck, Selector, StartAt, StoredEvent,
     StoredRecord, SubscribeOptions, Subscription, SubscriptionItem, SubscriptionStream, TopicSpec,
@@ -27,6 +27,8 @@ mod async_open;
 #[cfg(feature = "async")]
 pub use async_open::{connect_async, connect_consumers_async, open_async, open_consumers_async};
 
+#[cfg(feature = "cold")]
+mod cold_open;
 mod consumers;
 pub use consumers::{Bus, connect_consumers, open_consumers};
 
@@ -55,12 +57,20 @@ pub use bus_cold::{self as cold, ColdBus, ColdBusOptions, ColdLocation, ColdTier
 /// A URL whose backend was not compiled in fails with
 /// [`BusError::FeatureDisabled`] naming the cargo feature to enable.
 ///
+/// A manifest that declares cold tiers (`[topics.cold]`, C24) on a broker
+/// backend, with feature `cold`: the bus comes wrapped in a
+/// [`ColdBus`](bus_cold::ColdBus) on the declared location (one location
+/// per bus; it must answer). Without the feature, or through
+/// [`open_consumers`], such a manifest is refused, never ignored.
+///
 /// To consume durably (C20–C23) from a bus opened by URL, use
 /// [`open_consumers`]: the same bus as a [`Bus`] (see there why this
 /// function still returns `Box<dyn EventBus>`).
 pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusError> {
     manifest.validate()?;
     let bus = connect(url)?;
+    #[cfg(feature = "cold")]
+    let bus = cold_open::keep_declared(url, bus, manifest)?;
     bus.provision(manifest)?;
     Ok(bus)
 }

@@ -313,3 +313,54 @@ fn open_returns_a_bus_whose_operations_run_in_spans() {
         }
     }
 }
+
+/// A manifest that declares a cold tier (C24) on a bus that cannot keep
+/// one is refused, naming the section; nothing is provisioned.
+#[cfg(not(feature = "cold"))]
+#[test]
+fn a_declared_cold_tier_without_the_feature_is_refused() {
+    let manifest = Manifest::new([
+        TopicSpec::new("t", 1).with_cold(bus::ColdSpec::new("file:///var/lib/bus-cold"))
+    ]);
+    match bus::open("memory://", &manifest) {
+        Err(BusError::InvalidArgument { field, reason }) => {
+            assert_eq!(field, "topics[0].cold");
+            assert!(reason.contains("feature cold"), "{reason}");
+        }
+        other => panic!("expected InvalidArgument, got {:?}", other.err()),
+    }
+}
+
+/// With feature `cold`, `open` keeps a declared tier on a backend that has
+/// none of its own (a `ColdBus` on the declared location), one per bus.
+#[cfg(feature = "cold")]
+#[test]
+fn a_declared_cold_tier_is_kept_by_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let here = format!("file://{}", dir.path().join("here").display());
+    let there = format!("file://{}", dir.path().join("there").display());
+    let manifest = Manifest::new([
+        TopicSpec::new("t", 1).with_cold(bus::ColdSpec::new(&here).with_retention_ms(60_000))
+    ]);
+    let bus = bus::open("memory://", &manifest).expect("opened with a cold tier");
+    let spec = bus.topic_spec("t").expect("spec").expect("topic");
+    assert_eq!(spec.cold, manifest.topics[0].cold);
+    bus.publish("t", "k", &serde_json::json!({"n": 1}))
+        .expect("publish");
+    // Maintenance archives through the head: the record is in the tier's files.
+    bus.maintenance(bus::now_ms()).expect("maintenance");
+    let tier =
+        bus::ColdTier::open(&bus::ColdLocation::parse(&here).expect("location")).expect("tier");
+    assert_eq!(tier.manifest("t", 0).expect("tier manifest").end(), 1);
+
+    let two = Manifest::new([
+        TopicSpec::new("a", 1).with_cold(bus::ColdSpec::new(&here)),
+        TopicSpec::new("b", 1).with_cold(bus::ColdSpec::new(&there)),
+    ]);
+    match bus::open("memory://", &two) {
+        Err(BusError::InvalidArgument { field, .. }) => {
+            assert_eq!(field, "topics[1].cold.location");
+        }
+        other => panic!("expected InvalidArgument, got {:?}", other.err()),
+    }
+}

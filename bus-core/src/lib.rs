@@ -9,6 +9,7 @@ mod bus;
 mod capabilities;
 #[cfg(feature = "cloudevents")]
 pub mod cloudevents;
+mod cold_spec;
 pub mod consumer;
 mod error;
 mod event;
@@ -36,6 +37,7 @@ pub use asynchronous::{AsyncEventBus, BoxFuture};
 pub use batch::{BatchRecord, BatchRecordWithHeaders};
 pub use bus::{EventBus, EventBusExt, PartitionOffsets};
 pub use capabilities::{AckDurability, Capabilities, DedupHorizon};
+pub use cold_spec::ColdSpec;
 pub use error::BusError;
 pub use event::{PublishAck, StoredEvent, StoredRecord, embedded_uid, now_ms, resolve_uid};
 pub use headers::{

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::BusError;
+use crate::cold_spec::ColdSpec;
 
 /// Largest partition count a topic may have.
 pub const MAX_PARTITIONS: u32 = 1024;
@@ -58,6 +59,10 @@ pub struct TopicSpec {
     /// `replication_factor`.
     #[serde(default, skip_serializing_if = "Compression::is_none")]
     pub compression: Compression,
+    /// Where history below the hot log is kept and for how long (C24;
+    /// see [`ColdSpec`]). `None`: no cold tier is declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold: Option<ColdSpec>,
 }
 
 /// Frame compression of a topic, like Kafka's `compression.type`: in a
@@ -131,7 +136,15 @@ impl TopicSpec {
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             replication_factor: 1,
             compression: Compression::None,
+            cold: None,
         }
+    }
+
+    /// Declares the topic's cold tier (see [`ColdSpec`]).
+    #[must_use]
+    pub fn with_cold(mut self, cold: ColdSpec) -> Self {
+        self.cold = Some(cold);
+        self
     }
 
     /// Sets the frame compression (honoured by the embedded log only).
@@ -212,12 +225,19 @@ impl TopicSpec {
                 format!("0 for topic {:?}; use at least 1", self.name),
             ));
         }
+        if let Some(cold) = &self.cold {
+            cold.validate_as(&format!("{field}.cold"), &self.name)?;
+        }
         Ok(())
     }
 
     /// The first property in which `existing` differs from `self`, as a
     /// [`BusError::Conflict`] naming both values and the fix. `compression`
-    /// is not compared: it may change on an existing topic.
+    /// is not compared: it may change on an existing topic; nor is the cold
+    /// tier's retention, or a cold section one side lacks (a tier may be
+    /// added; a manifest without one leaves an attached tier be). A cold
+    /// location differing from the existing one is a conflict: the history
+    /// already archived there would be cut off.
     pub fn conflict_with(&self, existing: &TopicSpec) -> Result<(), BusError> {
         let differs = |property: &str, have: String, want: String| {
             Err(BusError::Conflict {
@@ -265,6 +285,15 @@ impl TopicSpec {
                 "replication_factor",
                 existing.replication_factor.to_string(),
                 self.replication_factor.to_string(),
+            );
+        }
+        if let (Some(want), Some(have)) = (&self.cold, &existing.cold)
+            && want.location != have.location
+        {
+            return differs(
+                "cold.location",
+                have.location.clone(),
+                want.location.clone(),
             );
         }
         Ok(())
@@ -339,6 +368,35 @@ impl Manifest {
     /// The topic named `name`, if listed.
     pub fn topic(&self, name: &str) -> Option<&TopicSpec> {
         self.topics.iter().find(|topic| topic.name == name)
+    }
+
+    /// For a bus that keeps no cold tier itself (`who`: "the NATS
+    /// backend"): the first topic that declares one, as
+    /// [`BusError::InvalidArgument`] on `topics[i].cold` saying how to keep
+    /// it (C24: a declared tier is never ignored).
+    pub fn refuse_cold(&self, who: &str) -> Result<(), BusError> {
+        match self.topics.iter().position(|topic| topic.cold.is_some()) {
+            None => Ok(()),
+            Some(index) => Err(BusError::invalid(
+                format!("topics[{index}].cold"),
+                format!(
+                    "topic {:?} declares a cold tier, which {who} does not keep itself; \
+                     open the bus through bus::cold::ColdBus (bus::open does, with feature cold), \
+                     or remove the section",
+                    self.topics[index].name
+                ),
+            )),
+        }
+    }
+
+    /// The manifest with every cold section removed: what a wrapper that
+    /// keeps the tiers itself (`bus_cold::ColdBus`) hands the backend it wraps.
+    #[must_use]
+    pub fn without_cold(&self) -> Self {
+        Self::new(self.topics.iter().cloned().map(|mut topic| {
+            topic.cold = None;
+            topic
+        }))
     }
 }
 

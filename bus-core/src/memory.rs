@@ -517,6 +517,7 @@ impl EventBus for MemoryBus {
     }
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
+        manifest.refuse_cold("the memory backend")?;
         let mut topics = self
             .store
             .topics

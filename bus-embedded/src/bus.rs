@@ -369,20 +369,27 @@ impl EventBus for EmbeddedBus {
             for partition in &topic.partitions {
                 partition.save_recovery_point()?;
             }
-            let Some(retention) = topic.spec.retention_ms else {
-                continue;
-            };
-            let cutoff = now_ms.saturating_sub(retention);
-            for (id, partition) in (0u32..).zip(&topic.partitions) {
-                #[cfg(feature = "cold")]
-                {
-                    expired += crate::cold::expire(partition, &topic.spec.name, id, cutoff)?;
+            // A tier the manifest declares is kept here (C24): archived
+            // through the head before hot retention, expired after it.
+            #[cfg(feature = "cold")]
+            crate::cold::archive_for_retention(self, &topic.spec)?;
+            if let Some(retention) = topic.spec.retention_ms {
+                let cutoff = now_ms.saturating_sub(retention);
+                for (id, partition) in (0u32..).zip(&topic.partitions) {
+                    #[cfg(feature = "cold")]
+                    {
+                        expired += crate::cold::expire(partition, &topic.spec.name, id, cutoff)?;
+                    }
+                    #[cfg(not(feature = "cold"))]
+                    {
+                        let _ = id;
+                        expired += partition.expire(cutoff)?;
+                    }
                 }
-                #[cfg(not(feature = "cold"))]
-                {
-                    let _ = id;
-                    expired += partition.expire(cutoff)?;
-                }
+            }
+            #[cfg(feature = "cold")]
+            {
+                expired += crate::cold::cold_retention(self, &topic.spec, now_ms)?;
             }
         }
         Ok(expired)
@@ -392,9 +399,14 @@ impl EventBus for EmbeddedBus {
     /// as specified (nothing to write).
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
         manifest.validate()?;
+        #[cfg(not(feature = "cold"))]
+        manifest.refuse_cold("the embedded log built without its cold feature")?;
         if self.inner.options.read_only {
             self.inner.discover()?;
         }
+        // Declared cold tiers answer before anything is created (C24).
+        #[cfg(feature = "cold")]
+        let declared = crate::cold::open_declared(self, manifest)?;
         let mut topics = write(&self.inner.topics);
         for spec in &manifest.topics {
             if let Some(existing) = topics.get(&spec.name) {
@@ -403,16 +415,22 @@ impl EventBus for EmbeddedBus {
         }
         for spec in &manifest.topics {
             if let Some(existing) = topics.get(&spec.name) {
-                // Only the compression can differ here (checked above):
-                // like Kafka's compression.type, it may change.
-                if existing.spec != *spec {
+                // Only the compression and the cold section can differ here
+                // (checked above): like Kafka's compression.type they may
+                // change, and a manifest without a cold section leaves the
+                // topic's declared tier as it is.
+                let mut spec = spec.clone();
+                if spec.cold.is_none() {
+                    spec.cold.clone_from(&existing.spec.cold);
+                }
+                if existing.spec != spec {
                     self.inner.writable("provision")?;
-                    let changed = existing.respecified(&self.inner.topics_dir, spec)?;
+                    let changed = existing.respecified(&self.inner.topics_dir, &spec)?;
                     tracing::info!(
                         topic = %spec.name,
-                        from = %existing.spec.compression,
-                        to = %spec.compression,
-                        "topic compression changed; frames written before stay as they are"
+                        compression = %spec.compression,
+                        cold = ?spec.cold,
+                        "topic spec changed; frames written before stay as they are"
                     );
                     topics.insert(spec.name.clone(), Arc::new(changed));
                 }
@@ -423,6 +441,9 @@ impl EventBus for EmbeddedBus {
             let opened = topics::open(&self.inner.topics_dir, spec.clone(), &self.inner.options)?;
             topics.insert(spec.name.clone(), Arc::new(opened));
         }
+        drop(topics);
+        #[cfg(feature = "cold")]
+        crate::cold::attach_declared(self, declared)?;
         Ok(())
     }
 

@@ -139,6 +139,7 @@ pub(crate) fn provision(
     deadline: Instant,
 ) -> Result<(), BusError> {
     manifest.validate()?;
+    manifest.refuse_cold("the Kafka backend")?;
     let mut registry = lock(&core.registry);
     registry.refresh(&core.options, &core.pool.meta(), deadline)?;
     let existing = list_topics(&core.options, core.admin.inner(), deadline)?;

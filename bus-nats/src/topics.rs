@@ -221,6 +221,7 @@ pub(crate) async fn provision(
     shared: &Shared,
     manifest: &Manifest,
 ) -> Result<Vec<TopicSpec>, BusError> {
+    manifest.refuse_cold("the NATS backend")?;
     for (index, spec) in manifest.topics.iter().enumerate() {
         check_record_limit(index, spec, shared.max_payload)?;
     }

@@ -158,6 +158,7 @@ fn as_i64(field: &str, value: u64) -> Result<i64, BusError> {
 /// Creates what is missing and verifies what exists, in one transaction under
 /// an advisory lock, so concurrent provisions of one schema take turns.
 pub(crate) async fn provision(shared: &Arc<Shared>, manifest: &Manifest) -> Result<(), BusError> {
+    manifest.refuse_cold("the PostgreSQL backend")?;
     let mut client = shared.pool.get().await.map_err(pool)?;
     let tx = client
         .transaction()

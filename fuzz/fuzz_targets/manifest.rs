@@ -49,6 +49,7 @@ fuzz_target!(|data: &[u8]| {
                 t.retention_ms.unwrap_or(0),
                 t.dedup_window_ms,
                 t.max_record_bytes,
+                t.cold.as_ref().and_then(|c| c.retention_ms).unwrap_or(0),
             ]
             .iter()
             .all(|&v| i64::try_from(v).is_ok())

@@ -34,6 +34,7 @@ use bus_core::{
     Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions, Subscription, TopicSpec,
 };
 
+mod declared;
 mod read;
 
 use crate::{ColdRecord, ColdTier, DEFAULT_OBJECT_RECORDS};
@@ -106,6 +107,8 @@ struct Shared<B> {
     inner: B,
     tier: Arc<ColdTier>,
     options: ColdBusOptions,
+    /// Cold retention of the topics a provisioned manifest gave a tier.
+    declared: RwLock<declared::Declared>,
     auth: RwLock<Option<RecordAuth>>,
     /// One automatic archive at a time; others skip (the next publish
     /// catches up).
@@ -164,6 +167,7 @@ impl<B: EventBus + 'static> ColdBus<B> {
                 inner,
                 tier,
                 options,
+                declared: RwLock::default(),
                 auth: RwLock::default(),
                 settling: Mutex::default(),
                 dedup: Mutex::default(),
@@ -558,35 +562,71 @@ impl<B: EventBus + 'static> EventBus for ColdBus<B> {
 
     /// Archives every topic through its head first, so the inner bus's
     /// retention drops nothing the tier lacks, then runs the inner bus's,
-    /// then cold retention ([`ColdBusOptions::cold_retention_ms`]). Counts
-    /// the records either retention removed.
+    /// then cold retention: a topic's declared `cold.retention_ms`, else
+    /// [`ColdBusOptions::cold_retention_ms`]. Counts the records either
+    /// retention removed.
     fn maintenance(&self, now_ms: u64) -> Result<u64, BusError> {
         let topics = self.shared.inner.topics();
         for topic in &topics {
             self.archive_topic(topic)?;
         }
         let mut removed = self.shared.inner.maintenance(now_ms)?;
-        if let Some(keep) = self.shared.options.cold_retention_ms {
+        for topic in &topics {
+            let declared = self
+                .shared
+                .declared
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(topic)
+                .copied();
+            let Some(keep) = declared.unwrap_or(self.shared.options.cold_retention_ms) else {
+                continue;
+            };
             let cutoff = now_ms.saturating_sub(keep);
-            for topic in &topics {
-                for partition in 0..self.shared.inner.partitions(topic)? {
-                    removed += self.shared.tier.expire(topic, partition, cutoff)?;
-                }
+            for partition in 0..self.shared.inner.partitions(topic)? {
+                removed += self.shared.tier.expire(topic, partition, cutoff)?;
             }
         }
         Ok(removed)
     }
 
+    /// Cold sections must name this bus's tier (else nothing is
+    /// provisioned); the inner bus gets the manifest without them.
     fn provision(&self, manifest: &Manifest) -> Result<(), BusError> {
-        self.shared.inner.provision(manifest)
+        manifest.validate()?;
+        let declared = declared::declared(manifest, self.shared.tier.location())?;
+        self.shared.inner.provision(&manifest.without_cold())?;
+        self.shared
+            .declared
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(declared);
+        Ok(())
     }
 
     fn capabilities(&self) -> Capabilities {
         self.shared.inner.capabilities()
     }
 
+    /// The inner bus's spec, with the cold section a provisioned manifest declared.
     fn topic_spec(&self, topic: &str) -> Result<Option<TopicSpec>, BusError> {
-        self.shared.inner.topic_spec(topic)
+        let spec = self.shared.inner.topic_spec(topic)?;
+        let declared = self
+            .shared
+            .declared
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+            .copied();
+        Ok(spec.map(|mut spec| {
+            if let Some(retention_ms) = declared {
+                spec.cold = Some(bus_core::ColdSpec {
+                    location: self.shared.tier.location().to_owned(),
+                    retention_ms,
+                });
+            }
+            spec
+        }))
     }
 
     /// The hot range, its start lowered to the tier's first offset.

@@ -43,6 +43,7 @@ macro_rules! __for_each_case {
             c01_bad_manifests_name_the_field,
             c01_look_alike_names_are_distinct,
             c01_provisioned_topics_survive_reopen,
+            c24_a_declared_cold_tier_is_kept_or_refused,
             c02_unknown_topic_is_refused_and_not_created,
             c02_invalid_topic_names_are_invalid_arguments,
             c02_unknown_partition_is_an_error,

@@ -1,6 +1,6 @@
 //! C1 provisioning and C2 no publishing into the void.
 
-use bus_core::{BatchRecord, BusError, Manifest, TopicSpec};
+use bus_core::{BatchRecord, BusError, ColdSpec, Manifest, TopicSpec};
 use serde_json::json;
 
 use crate::util::{fetch_all, ok, publish_n};
@@ -271,6 +271,36 @@ pub fn c02_unknown_partition_is_an_error(ctx: &mut Ctx) -> CaseResult {
             ctx.bus().fetch(&topic, partition, 0, 10),
             BusError::UnknownPartition { partition: p, partitions: 3, .. } if p == partition
         );
+    }
+    Ok(())
+}
+
+/// C24: a manifest that declares a cold tier is either kept (the topic's
+/// spec says where and how long) or refused with an error naming the
+/// topic's `cold` section, creating nothing; never silently ignored.
+pub fn c24_a_declared_cold_tier_is_kept_or_refused(ctx: &mut Ctx) -> CaseResult {
+    let (plain, cold) = (ctx.topic("plain"), ctx.topic("cold"));
+    let declared = ColdSpec::new("memory:").with_retention_ms(86_400_000);
+    let manifest = ctx.manifest([
+        TopicSpec::new(plain.clone(), 1),
+        TopicSpec::new(cold.clone(), 1).with_cold(declared.clone()),
+    ]);
+    match ctx.bus().provision(&manifest) {
+        Ok(()) => {
+            if let Some(spec) = ok("topic_spec", ctx.bus().topic_spec(&cold)) {
+                assert_eq!(spec.cold, Some(declared), "kept, but not as declared");
+            }
+            ok("publish", ctx.bus().publish(&cold, "k", &json!(1)));
+        }
+        Err(BusError::InvalidArgument { field, .. }) => {
+            assert!(
+                field.starts_with("topics[1].cold"),
+                "refused, naming {field:?} instead of topics[1].cold"
+            );
+            assert_err!(ctx.bus().partitions(&plain), BusError::UnknownTopic(_));
+            assert_err!(ctx.bus().partitions(&cold), BusError::UnknownTopic(_));
+        }
+        Err(other) => panic!("a declared cold tier: expected Ok or InvalidArgument, got {other:?}"),
     }
     Ok(())
 }

@@ -26,8 +26,10 @@ use crate::inner::Inner;
 use crate::log::segment::FrameReader;
 use crate::partition::Partition;
 
+mod declared;
 mod restore;
 
+pub(crate) use declared::{archive_for_retention, attach_declared, cold_retention, open_declared};
 pub use restore::restore;
 
 const CONFIG: &str = "cold.json";

@@ -1,0 +1,56 @@
+//! [`open`](crate::open) with a manifest that declares cold tiers (feature
+//! `cold`, contract C24): a broker backend is wrapped in a [`ColdBus`] on
+//! the declared location; the embedded log keeps its tiers itself.
+
+use std::sync::Arc;
+
+use bus_cold::{ColdBus, ColdBusOptions, ColdLocation, ColdTier};
+use bus_core::{BusError, EventBus, Manifest};
+
+/// `bus`, wrapped in a [`ColdBus`] when `manifest` declares a cold tier and
+/// the backend of `url` does not keep one itself. Every declaration must
+/// name one location (a bus opened by URL keeps one tier), which must answer.
+pub(crate) fn keep_declared(
+    url: &str,
+    bus: Box<dyn EventBus>,
+    manifest: &Manifest,
+) -> Result<Box<dyn EventBus>, BusError> {
+    if crate::backend_of(url)?.name == "embedded" {
+        return Ok(bus);
+    }
+    let mut chosen: Option<(String, ColdLocation)> = None;
+    for (index, spec) in manifest.topics.iter().enumerate() {
+        let Some(cold) = &spec.cold else {
+            continue;
+        };
+        let field = format!("topics[{index}].cold.location");
+        let location = ColdLocation::parse(&cold.location).map_err(|error| match error {
+            BusError::InvalidArgument { reason, .. } => BusError::invalid(field.clone(), reason),
+            other => other,
+        })?;
+        match &chosen {
+            None => chosen = Some((spec.name.clone(), location)),
+            Some((first, have)) if have.to_string() != location.to_string() => {
+                return Err(BusError::invalid(
+                    field,
+                    format!(
+                        "a bus opened by URL keeps one cold tier: topic {first:?} declares {have}, \
+                         topic {:?} declares {location}",
+                        spec.name
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    let Some((_, location)) = chosen else {
+        return Ok(bus);
+    };
+    let tier = ColdTier::open(&location)?;
+    tier.check()?;
+    Ok(Box::new(ColdBus::new(
+        bus,
+        Arc::new(tier),
+        ColdBusOptions::default(),
+    )))
+}
