@@ -155,7 +155,11 @@ mod tests {
         let json = serde_json::to_string(&manifest.topics[1]).unwrap();
         assert!(!json.contains("cold"), "{json}");
         let toml = toml::to_string(&manifest).unwrap();
-        assert_eq!(crate::Manifest::from_toml_str(&toml).unwrap(), manifest, "{toml}");
+        assert_eq!(
+            crate::Manifest::from_toml_str(&toml).unwrap(),
+            manifest,
+            "{toml}"
+        );
         let unknown = crate::Manifest::from_toml_str(
             "[[topics]]\nname = \"a\"\npartitions = 1\n[topics.cold]\nlocation = \"memory:\"\nbucket = \"b\"\n",
         );

@@ -8,11 +8,13 @@ use bus_core::BusError;
 use bus_core::backend::executor::DEFAULT_TIMEOUT;
 use rdkafka::ClientConfig;
 
-/// The producers' default `linger.ms` (see [`KafkaOptions::linger`]):
-/// 1 ms, which measured better for the bus's serial and batch publishing
-/// than 0 in two of three runs (`bench_kafka_point`), although raw
-/// rdkafka's lone record is faster at 0.
-const DEFAULT_LINGER: Duration = Duration::from_millis(1);
+/// The producers' default `linger.ms` (see [`KafkaOptions::linger`]): 0.
+/// On a quiet machine (`bench_kafka_point`, two runs) a lone record was
+/// acked 3.9–4.9× sooner than at 1 ms (2,574–2,777 against 572–663 rec/s)
+/// and a batch of 10,000 went 1.1–1.3× faster: records handed over while a
+/// request is in flight are batched anyway. (Runs on a machine loaded 10×
+/// its cores had favoured 1 ms; docs/benchmarks.md.)
+const DEFAULT_LINGER: Duration = Duration::ZERO;
 
 /// Default name of the topic that records the manifest of every bus topic.
 pub const DEFAULT_MANIFEST_TOPIC: &str = "__bus_manifest";
@@ -129,7 +131,7 @@ impl KafkaOptions {
     }
 
     /// How long the producers wait for more records before sending a
-    /// request (librdkafka's `linger.ms`, default 1 ms). Records handed over
+    /// request (librdkafka's `linger.ms`, default 0). Records handed over
     /// while a request is in flight are batched whatever the setting; a
     /// linger only delays a lone record.
     #[must_use]

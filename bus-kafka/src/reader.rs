@@ -249,13 +249,21 @@ impl Pool {
         mut each: impl FnMut(RawMessage<'_>) -> T,
     ) -> Result<Vec<T>, BusError> {
         let sequential = slot.next == Some(from) && from < slot.high;
+        // Below a high watermark this slot saw, the record exists (unless
+        // retention took it: the consumer then resets to the log start, as
+        // the query would have): no round trip to ask first. The page still
+        // asks before it ends at that high watermark (below), so a record
+        // acked since is never left out.
+        let known = !sequential && from < slot.high;
         let mut next = from;
         if !sequential {
-            let (low, high) = self.watermarks(options, topic, partition, deadline)?;
-            slot.high = high;
-            next = from.max(low);
-            if next >= high {
-                return Ok(Vec::new());
+            if !known {
+                let (low, high) = self.watermarks(options, topic, partition, deadline)?;
+                slot.high = high;
+                next = from.max(low);
+                if next >= high {
+                    return Ok(Vec::new());
+                }
             }
             if slot.next != Some(next) || slot.reassign {
                 assign(options, &slot.consumer, topic, partition, next)?;
@@ -270,7 +278,7 @@ impl Pool {
         // records acked since then lie past it, so a read that reaches it
         // with room left asks the broker once more (a page stopped there
         // was short in the middle of the log: C5, seen under a cold tier).
-        let mut fresh_high = !sequential;
+        let mut fresh_high = !sequential && !known;
         loop {
             if out.len() >= max {
                 break;
