@@ -91,7 +91,7 @@ fn embedded(dir: &str, topic: &str, to: Option<&str>, trim: bool) -> Result<Repo
         if trim && head > 0 {
             bus.delete_below(topic, partition, head)?;
         }
-        let hot_first = bus.offsets(topic, partition)?.first;
+        let hot_first = cold::hot_offsets(&bus, topic, partition)?.first;
         lines.push(line(topic, partition, head, hot_first));
     }
     Ok((archived, lines))

@@ -336,8 +336,16 @@ impl EventBus for EmbeddedBus {
             crate::partition::Partition::event_only,
         )
     }
+    /// With a cold tier attached (feature `cold`), `first` is the tier's
+    /// first offset when it holds any (C24: the retained range includes
+    /// cold history; `StartAt::Beginning` and durable consumers begin
+    /// there); [`cold::hot_offsets`](crate::cold::hot_offsets) gives the hot log's own.
     fn offsets(&self, topic: &str, partition: u32) -> Result<PartitionOffsets, BusError> {
-        Ok(self.inner.readable(topic, partition)?.offsets())
+        let part = self.inner.readable(topic, partition)?;
+        #[cfg(feature = "cold")]
+        return crate::cold::offsets(&part, topic, partition);
+        #[cfg(not(feature = "cold"))]
+        Ok(part.offsets())
     }
 
     /// Drops the whole segments below `offset` (see the trait; a segment

@@ -104,7 +104,12 @@ fn history_below_the_hot_log_start_reads_from_the_cold_tier() {
                 .extend(bus.fetch(&topic, ack.partition, ack.offset, 1).unwrap());
         }
         for partition in 0..2u32 {
-            let hot_start = bus.offsets(&topic, partition).unwrap().first;
+            let hot_start = cold::hot_offsets(&bus, &topic, partition).unwrap().first;
+            assert_eq!(
+                bus.offsets(&topic, partition).unwrap().first,
+                0,
+                "{name}: the retained range begins in the tier"
+            );
             assert!(
                 hot_start > 100,
                 "{name}: retention left the hot log at {hot_start}"
@@ -118,7 +123,10 @@ fn history_below_the_hot_log_start_reads_from_the_cold_tier() {
                 );
             }
             assert!(
-                bus.offsets(&topic, partition).unwrap().retained() < 40,
+                cold::hot_offsets(&bus, &topic, partition)
+                    .unwrap()
+                    .retained()
+                    < 40,
                 "{name}: the hot log was expired"
             );
             let seam = fetch_all(&bus, &topic, partition, hot_start - 3, 5);
@@ -200,7 +208,7 @@ fn offsets_expired_before_they_were_archived_are_an_error_naming_them() {
     assert!(archived > 0 && archived < 600, "{archived}");
     // ...and retention (without "expire only what is archived") drops them too.
     bus.maintenance(bus_core::now_ms() + 60_000).unwrap();
-    let hot_start = bus.offsets("gap", 0).unwrap().first;
+    let hot_start = cold::hot_offsets(&bus, "gap", 0).unwrap().first;
     assert_eq!(hot_start, 600);
     // Below what the tier holds: served; in the hole: an error naming it.
     assert_eq!(bus.fetch("gap", 0, 0, 10).unwrap().len(), 10);
@@ -247,11 +255,12 @@ fn retention_expires_only_what_is_archived() {
     assert!(archived > 0 && archived < 600, "{archived}");
     let expired = bus.maintenance(later).unwrap();
     assert_eq!(expired, archived, "exactly what the tier holds");
-    assert_eq!(bus.offsets("kept", 0).unwrap().first, archived);
+    assert_eq!(cold::hot_offsets(&bus, "kept", 0).unwrap().first, archived);
+    assert_eq!(bus.offsets("kept", 0).unwrap().first, 0, "the tier's start");
     // Everything archived: the rest expires too; every record still reads.
     cold::archive_all(&bus, "kept").unwrap();
     assert_eq!(bus.maintenance(later).unwrap(), 600 - archived);
-    assert_eq!(bus.offsets("kept", 0).unwrap().first, 600);
+    assert_eq!(cold::hot_offsets(&bus, "kept", 0).unwrap().first, 600);
     let all = fetch_all(&bus, "kept", 0, 0, 128);
     assert_eq!(all.len(), 600);
     assert!(
@@ -292,7 +301,7 @@ fn records_with_headers_read_back_from_the_cold_tier() {
     cold::attach(&bus, "tagged", &format!("file://{}", cold_dir.display())).unwrap();
     assert_eq!(cold::archive_all(&bus, "tagged").unwrap(), 200);
     bus.maintenance(bus_core::now_ms() + 60_000).unwrap();
-    let hot_start = bus.offsets("tagged", 0).unwrap().first;
+    let hot_start = cold::hot_offsets(&bus, "tagged", 0).unwrap().first;
     assert!(hot_start > 100, "retention left the hot log at {hot_start}");
     let after = bus.fetch_with_headers("tagged", 0, 0, 500).unwrap();
     assert_eq!(after, before, "headers, values and stored_at from the tier");
@@ -363,7 +372,7 @@ fn reads_racing_retention_at_the_boundary_are_gap_free() {
     cold::archive_all(&bus, "race").unwrap();
     bus.maintenance(bus_core::now_ms() + 60_000).unwrap();
     assert_eq!(
-        bus.offsets("race", 0).unwrap().first,
+        cold::hot_offsets(&bus, "race", 0).unwrap().first,
         RECORDS,
         "all expired"
     );
@@ -570,7 +579,10 @@ fn a_compressed_topic_is_archived_compressed() {
     cold::attach(&bus, "zipped", &format!("file://{}", tier_dir.display())).unwrap();
     assert_eq!(cold::archive_all(&bus, "zipped").unwrap(), 400);
     bus.maintenance(bus_core::now_ms() + 60_000).unwrap();
-    assert!(bus.offsets("zipped", 0).unwrap().first > 0, "expired");
+    assert!(
+        cold::hot_offsets(&bus, "zipped", 0).unwrap().first > 0,
+        "expired"
+    );
     same(
         &fetch_all(&bus, "zipped", 0, 0, 64),
         &before,

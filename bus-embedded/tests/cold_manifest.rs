@@ -5,7 +5,10 @@
 //! `fetch`, expired after its own retention.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use bus_core::{BusError, ColdSpec, EventBus, Manifest, StoredEvent, TopicSpec};
+use std::time::Duration;
+
+use bus_core::consumer::{ConsumeOptions, DurableConsumers};
+use bus_core::{BusError, ColdSpec, EventBus, Manifest, Selector, StartAt, StoredEvent, TopicSpec};
 use bus_embedded::{EmbeddedBus, Options, cold};
 use serde_json::json;
 
@@ -68,6 +71,25 @@ fn a_declared_tier_is_archived_read_and_expired_by_maintenance() {
             written,
             "{name}: read back from the tier"
         );
+        // A durable consumer starting at the beginning is served from the tier too.
+        let mut consumer = bus
+            .consume(
+                &topic,
+                "from-the-start",
+                Selector::Topic,
+                StartAt::Beginning,
+                ConsumeOptions::default(),
+            )
+            .unwrap();
+        for want in &written {
+            let delivery = consumer
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap()
+                .unwrap_or_else(|| panic!("{name}: no delivery of offset {}", want.offset));
+            assert_eq!(delivery.event, *want, "{name}");
+            consumer.ack(&delivery).unwrap();
+        }
+        drop(consumer);
         let ack = bus.publish(&topic, "k", &json!({ "n": 400 })).unwrap();
         assert_eq!(
             ack.offset, 400,

@@ -111,6 +111,35 @@ fn attached(partition: &Partition) -> Result<Option<Attached>, BusError> {
     Ok(tier)
 }
 
+/// The retained range of a partition whose topic may have a tier: the hot
+/// log's, its start lowered to the tier's first offset when the tier holds
+/// any (as `bus_cold::ColdBus` reports it).
+pub(crate) fn offsets(
+    part: &Partition,
+    topic: &str,
+    partition: u32,
+) -> Result<bus_core::PartitionOffsets, BusError> {
+    let hot = part.offsets();
+    let Some(tier) = tier_of(part)? else {
+        return Ok(hot);
+    };
+    let start = tier.manifest(topic, partition)?.start();
+    Ok(bus_core::PartitionOffsets {
+        first: start.map_or(hot.first, |start| start.min(hot.first)),
+        next: hot.next,
+    })
+}
+
+/// Where the hot log of `topic`/`partition` begins and ends, below any
+/// cold tier (`EventBus::offsets` reports the tier's start as `first`).
+pub fn hot_offsets(
+    bus: &EmbeddedBus,
+    topic: &str,
+    partition: u32,
+) -> Result<bus_core::PartitionOffsets, BusError> {
+    Ok(bus.inner.readable(topic, partition)?.offsets())
+}
+
 /// Gives `topic` a cold tier at `location` (see [`ColdLocation::parse`]):
 /// checked to answer first, then recorded in the topic's directory.
 /// Retention then drops only what the tier holds ([`attach_with`] with
