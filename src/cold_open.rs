@@ -5,16 +5,18 @@
 use std::sync::Arc;
 
 use bus_cold::{ColdBus, ColdBusOptions, ColdLocation, ColdTier};
-use bus_core::{BusError, EventBus, Manifest};
+use bus_core::{BusError, Manifest};
+
+use crate::Bus;
 
 /// `bus`, wrapped in a [`ColdBus`] when `manifest` declares a cold tier and
 /// the backend of `url` does not keep one itself. Every declaration must
 /// name one location (a bus opened by URL keeps one tier), which must answer.
 pub(crate) fn keep_declared(
     url: &str,
-    bus: Box<dyn EventBus>,
+    bus: Box<dyn Bus>,
     manifest: &Manifest,
-) -> Result<Box<dyn EventBus>, BusError> {
+) -> Result<Box<dyn Bus>, BusError> {
     if crate::backend_of(url)?.name == "embedded" {
         return Ok(bus);
     }

@@ -87,14 +87,16 @@ impl<T: EventBus + DurableConsumers + ?Sized> Bus for T {}
 /// [`Traced`]: its consumer calls run in the spans `bus.consume`,
 /// `bus.consumers`, `bus.consumer.reset`, `bus.consumer.delete`).
 ///
-/// memory://, file:// (and bare paths) and postgres:// consume with their
-/// backends' cursor stores. **For now**, nats:// and kafka:// buses open
-/// but their consumer calls fail with [`BusError::Unsupported`]: their
-/// `DurableConsumers` implementations are being written on their own
-/// branches and are wired here when they land.
+/// Every backend consumes with its own cursor store (memory, files of the
+/// embedded directory, a NATS KV bucket, a Kafka compacted topic, a
+/// PostgreSQL table); with a cold tier the manifest declares (feature
+/// `cold`), through the tier (see [`crate::open`]).
 pub fn open_consumers(url: &str, manifest: &Manifest) -> Result<Box<dyn Bus>, BusError> {
     manifest.validate()?;
     let bus = connect_consumers(url)?;
+    // A cold tier the manifest declares (C24; see `crate::open`).
+    #[cfg(feature = "cold")]
+    let bus = crate::cold_open::keep_declared(url, bus, manifest)?;
     bus.provision(manifest)?;
     Ok(bus)
 }

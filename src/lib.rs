@@ -60,18 +60,15 @@ pub use bus_cold::{self as cold, ColdBus, ColdBusOptions, ColdLocation, ColdTier
 /// A manifest that declares cold tiers (`[topics.cold]`, C24) on a broker
 /// backend, with feature `cold`: the bus comes wrapped in a
 /// [`ColdBus`](bus_cold::ColdBus) on the declared location (one location
-/// per bus; it must answer). Without the feature, or through
-/// [`open_consumers`], such a manifest is refused, never ignored.
+/// per bus; it must answer), whose durable consumers are served from the
+/// tier too. Without the feature such a manifest is refused, never ignored.
 ///
 /// To consume durably (C20–C23) from a bus opened by URL, use
 /// [`open_consumers`]: the same bus as a [`Bus`] (see there why this
 /// function still returns `Box<dyn EventBus>`).
 pub fn open(url: &str, manifest: &Manifest) -> Result<Box<dyn EventBus>, BusError> {
-    manifest.validate()?;
-    let bus = connect(url)?;
-    #[cfg(feature = "cold")]
-    let bus = cold_open::keep_declared(url, bus, manifest)?;
-    bus.provision(manifest)?;
+    // One routing for both (see `connect`).
+    let bus: Box<dyn EventBus> = open_consumers(url, manifest)?;
     Ok(bus)
 }
 

@@ -353,6 +353,26 @@ fn a_declared_cold_tier_is_kept_by_open() {
         bus::ColdTier::open(&bus::ColdLocation::parse(&here).expect("location")).expect("tier");
     assert_eq!(tier.manifest("t", 0).expect("tier manifest").end(), 1);
 
+    // Durable consumers of such a bus go through the tier too.
+    let consumers = bus::open_consumers("memory://", &manifest).expect("open_consumers");
+    consumers
+        .publish("t", "k", &serde_json::json!({"n": 2}))
+        .expect("publish");
+    let mut consumer = consumers
+        .consume(
+            "t",
+            "reader",
+            bus::Selector::Topic,
+            bus::StartAt::Beginning,
+            bus::consumer::ConsumeOptions::default(),
+        )
+        .expect("consume");
+    let delivery = consumer
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("recv")
+        .expect("a delivery");
+    assert_eq!(delivery.event.value, serde_json::json!({"n": 2}));
+
     let two = Manifest::new([
         TopicSpec::new("a", 1).with_cold(bus::ColdSpec::new(&here)),
         TopicSpec::new("b", 1).with_cold(bus::ColdSpec::new(&there)),

@@ -51,18 +51,25 @@ impl<H: Harness> Harness for Cold<H> {
 
     fn namespace(&self) -> Result<Box<dyn Namespace>, Unavailable> {
         let inner = self.harness.namespace()?;
-        let dir = tempfile::tempdir().map_err(|e| Unavailable(format!("temp dir: {e}")))?;
-        let location = location(dir.path());
-        let tier = ColdLocation::parse(&location)
-            .and_then(|parsed| ColdTier::open(&parsed))
-            .and_then(|tier| tier.check().map(|()| tier))
-            .map_err(|e| Unavailable(format!("cold tier {location}: {e}")))?;
+        let (tier, dir) = open_tier()?;
         Ok(Box::new(ColdNamespace {
             inner,
-            tier: Arc::new(tier),
+            tier,
             _dir: dir,
         }))
     }
+}
+
+/// A tier of one namespace's own (see [`location`]), checked to answer,
+/// with the temporary directory it may live in.
+pub(crate) fn open_tier() -> Result<(Arc<ColdTier>, tempfile::TempDir), Unavailable> {
+    let dir = tempfile::tempdir().map_err(|e| Unavailable(format!("temp dir: {e}")))?;
+    let location = location(dir.path());
+    let tier = ColdLocation::parse(&location)
+        .and_then(|parsed| ColdTier::open(&parsed))
+        .and_then(|tier| tier.check().map(|()| tier))
+        .map_err(|e| Unavailable(format!("cold tier {location}: {e}")))?;
+    Ok((Arc::new(tier), dir))
 }
 
 struct ColdNamespace {

@@ -10,6 +10,8 @@ pub mod cases;
 pub mod brokers;
 #[cfg(feature = "cold")]
 pub mod cold;
+#[cfg(feature = "cold")]
+pub mod cold_consumers;
 pub mod consumers;
 pub mod faults;
 mod harness;

@@ -32,3 +32,12 @@ impl ConsumerNamespace for MemoryNamespace {
 }
 
 bus_conformance::consumer_suite!(Memory);
+
+/// The same cases with a cold tier under every bus (C24): what a consumer
+/// has not acknowledged is read from the tier below the hot records.
+#[cfg(feature = "cold")]
+mod cold {
+    use super::Memory;
+
+    bus_conformance::cold_consumer_suite!(Memory);
+}

@@ -30,3 +30,12 @@ impl ConsumerNamespace for EmbeddedNamespace {
 }
 
 bus_conformance::consumer_suite!(Embedded);
+
+/// The same cases with a cold tier under every bus (C24): what a consumer
+/// has not acknowledged is read from the tier below the hot records (the
+/// S3 server of the tests when BUS_S3_ENDPOINT is set, else local files).
+mod cold {
+    use super::Embedded;
+
+    bus_conformance::cold_consumer_suite!(Embedded);
+}

@@ -57,3 +57,12 @@ impl Drop for KafkaNamespace {
 }
 
 bus_conformance::consumer_suite!(Kafka);
+
+/// The same cases with a cold tier under every bus (C24): what a consumer
+/// has not acknowledged is read from the tier below the hot records (the
+/// S3 server of the tests when BUS_S3_ENDPOINT is set, else local files).
+mod cold {
+    use super::Kafka;
+
+    bus_conformance::cold_consumer_suite!(Kafka);
+}

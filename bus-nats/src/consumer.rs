@@ -552,4 +552,8 @@ impl DurableConsumers for NatsBus {
     fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
         delete_consumer(self, &NatsCursorStore::new(self), topic, name)
     }
+
+    fn shared_cursor_store(&self) -> Option<Arc<dyn bus_core::consumer::CursorStore>> {
+        Some(Arc::new(NatsCursorStore::new(self)))
+    }
 }

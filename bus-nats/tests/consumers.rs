@@ -44,3 +44,12 @@ impl Drop for NatsNamespace {
 }
 
 bus_conformance::consumer_suite!(Nats);
+
+/// The same cases with a cold tier under every bus (C24): what a consumer
+/// has not acknowledged is read from the tier below the hot records (the
+/// S3 server of the tests when BUS_S3_ENDPOINT is set, else local files).
+mod cold {
+    use super::Nats;
+
+    bus_conformance::cold_consumer_suite!(Nats);
+}

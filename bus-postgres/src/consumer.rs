@@ -433,4 +433,8 @@ impl DurableConsumers for PostgresBus {
     fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
         delete_consumer(self, &self.cursor_store(), topic, name)
     }
+
+    fn shared_cursor_store(&self) -> Option<Arc<dyn bus_core::consumer::CursorStore>> {
+        Some(Arc::new(self.cursor_store()))
+    }
 }

@@ -50,3 +50,12 @@ impl Drop for PostgresNamespace {
 }
 
 bus_conformance::consumer_suite!(Postgres);
+
+/// The same cases with a cold tier under every bus (C24): what a consumer
+/// has not acknowledged is read from the tier below the hot records (the
+/// S3 server of the tests when BUS_S3_ENDPOINT is set, else local files).
+mod cold {
+    use super::Postgres;
+
+    bus_conformance::cold_consumer_suite!(Postgres);
+}

@@ -34,6 +34,7 @@ use bus_core::{
     Selector, StartAt, StoredEvent, StoredRecord, SubscribeOptions, Subscription, TopicSpec,
 };
 
+mod consumers;
 mod declared;
 mod read;
 

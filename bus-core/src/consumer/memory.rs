@@ -196,4 +196,8 @@ impl super::DurableConsumers for crate::memory::MemoryBus {
     fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
         super::delete_consumer(self, self.cursor_store().as_ref(), topic, name)
     }
+
+    fn shared_cursor_store(&self) -> Option<std::sync::Arc<dyn super::CursorStore>> {
+        Some(self.cursor_store())
+    }
 }

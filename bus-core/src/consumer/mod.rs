@@ -122,6 +122,14 @@ pub trait DurableConsumers {
     /// Deletes consumer `name`; `false` when there was none. A running
     /// instance is fenced.
     fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError>;
+
+    /// Where this bus keeps its consumers' cursors, for a wrapper that
+    /// delivers records its own way and keeps cursors where the bus does
+    /// (`bus_cold::ColdBus` serves history below the hot log from its
+    /// tier, C24). `None` (the default): not shared.
+    fn shared_cursor_store(&self) -> Option<std::sync::Arc<dyn CursorStore>> {
+        None
+    }
 }
 
 /// Forwards every method, so a bus with durable consumers travels as
@@ -147,6 +155,9 @@ macro_rules! forward_durable_consumers {
             }
             fn delete_consumer(&self, topic: &str, name: &str) -> Result<bool, BusError> {
                 (**self).delete_consumer(topic, name)
+            }
+            fn shared_cursor_store(&self) -> Option<std::sync::Arc<dyn CursorStore>> {
+                (**self).shared_cursor_store()
             }
         }
     };

@@ -205,6 +205,10 @@ impl<B: DurableConsumers> DurableConsumers for Traced<B> {
         op_span!(self, consumer_delete, topic, name)
             .in_scope(|| self.inner.delete_consumer(topic, name))
     }
+
+    fn shared_cursor_store(&self) -> Option<std::sync::Arc<dyn crate::consumer::CursorStore>> {
+        self.inner.shared_cursor_store()
+    }
 }
 
 impl<B: EventBus> Traced<B> {
