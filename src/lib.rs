@@ -59,7 +59,7 @@ pub use bus_cold::{self as cold, ColdBus, ColdBusOptions, ColdLocation, ColdTier
 ///
 /// A manifest that declares cold tiers (`[topics.cold]`, C24) on a broker
 /// backend, with feature `cold`: the bus comes wrapped in a
-/// [`ColdBus`](bus_cold::ColdBus) on the declared location (one location
+/// `ColdBus` (`bus::cold::ColdBus`) on the declared location (one location
 /// per bus; it must answer), whose durable consumers are served from the
 /// tier too. Without the feature such a manifest is refused, never ignored.
 ///

@@ -1,6 +1,6 @@
 //! The durable-consumer cases (C20–C23, C25) with a cold tier under every
 //! bus (C24): each bus a case opens is a [`ColdBus`] keeping about
-//! [`HOT_RECORDS`](crate::cold::HOT_RECORDS) records per partition hot, so
+//! [`HOT_RECORDS`] records per partition hot, so
 //! a consumer reads what it has not acknowledged from the tier, its cursors
 //! in the wrapped bus's store. Used through
 //! [`cold_consumer_suite!`](crate::cold_consumer_suite) (feature `cold`).
