@@ -602,17 +602,39 @@ pub(crate) async fn connect_client(options: &NatsOptions) -> Result<async_nats::
         })
 }
 
-/// The bus's JetStream context over `client`, once JetStream answers.
+/// The bus's JetStream context over `client`, once JetStream answers
+/// (within `timeout`).
+///
+/// The account query is asked again while it goes unanswered: a server of a
+/// cluster that has just formed can drop it while the meta group elects its
+/// leader (a CI rehearsal's first connect to a new 3-node cluster waited out
+/// its whole timeout on one unanswered request while the others connected).
 pub(crate) async fn jetstream_of(
     client: async_nats::Client,
     timeout: Duration,
 ) -> Result<jetstream::Context, BusError> {
-    let js = jetstream::ContextBuilder::new()
+    let deadline = tokio::time::Instant::now() + timeout;
+    let attempt = (timeout / 4).clamp(Duration::from_millis(500), Duration::from_secs(5));
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let probe = jetstream::ContextBuilder::new()
+            .timeout(attempt.min(left).max(Duration::from_millis(1)))
+            .build(client.clone());
+        match probe.query_account().await {
+            Ok(_) => break,
+            Err(error)
+                if matches!(error.kind(), jetstream::context::AccountErrorKind::TimedOut)
+                    && tokio::time::Instant::now() < deadline => {}
+            Err(error) => {
+                return Err(unavailable_caused(
+                    format!("JetStream is not available: {error}"),
+                    error,
+                ));
+            }
+        }
+    }
+    Ok(jetstream::ContextBuilder::new()
         .timeout(timeout)
         .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
-        .build(client);
-    js.query_account().await.map_err(|error| {
-        unavailable_caused(format!("JetStream is not available: {error}"), error)
-    })?;
-    Ok(js)
+        .build(client))
 }

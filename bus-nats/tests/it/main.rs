@@ -10,6 +10,7 @@ mod common;
 
 #[cfg(feature = "async")]
 mod async_surface;
+mod connect_retry;
 mod limits;
 mod replay;
 mod secure;
