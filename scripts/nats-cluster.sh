@@ -77,8 +77,19 @@ EOF
   echo "$conf"
 }
 
-healthy() { # healthy BASE NODE: JetStream on this node is current with the meta group
-  http_ok "http://$NATS_HOST:$(monitor_port "$1" "$2")/healthz"
+healthy() { # healthy BASE NODE: JetStream on this node is current with the meta group,
+  # and the node knows the group's leader (/healthz alone passed 291 ms after a fresh start,
+  # and a client's first JetStream request then went unanswered in a CI rehearsal)
+  http_ok "http://$NATS_HOST:$(monitor_port "$1" "$2")/healthz" || return 1
+  http_body "http://$NATS_HOST:$(monitor_port "$1" "$2")/jsz" | grep -q '"leader": *"[^"]'
+}
+
+http_body() { # http_body URL: the body of a GET on stdout (curl, else python3)
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS --max-time 2 "$1" 2>/dev/null
+  else
+    python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())' "$1" 2>/dev/null
+  fi
 }
 
 
