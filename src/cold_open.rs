@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bus_cold::{ColdBus, ColdBusOptions, ColdLocation, ColdTier};
+use bus_cold::{ColdBus, ColdBusOptions, ColdLocation, ColdTier, declared_locations};
 use bus_core::{BusError, Manifest};
 
 use crate::Bus;
@@ -21,20 +21,12 @@ pub(crate) fn keep_declared(
         return Ok(bus);
     }
     let mut chosen: Option<(String, ColdLocation)> = None;
-    for (index, spec) in manifest.topics.iter().enumerate() {
-        let Some(cold) = &spec.cold else {
-            continue;
-        };
-        let field = format!("topics[{index}].cold.location");
-        let location = ColdLocation::parse(&cold.location).map_err(|error| match error {
-            BusError::InvalidArgument { reason, .. } => BusError::invalid(field.clone(), reason),
-            other => other,
-        })?;
+    for (index, spec, location) in declared_locations(manifest)? {
         match &chosen {
             None => chosen = Some((spec.name.clone(), location)),
             Some((first, have)) if have.to_string() != location.to_string() => {
                 return Err(BusError::invalid(
-                    field,
+                    format!("topics[{index}].cold.location"),
                     format!(
                         "a bus opened by URL keeps one cold tier: topic {first:?} declares {have}, \
                          topic {:?} declares {location}",

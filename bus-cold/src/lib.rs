@@ -40,7 +40,7 @@ use object_store::path::Path as StorePath;
 
 pub use bus::{ColdBus, ColdBusOptions};
 pub use format::ColdRecord;
-pub use location::{ColdLocation, S3Location};
+pub use location::{ColdLocation, S3Location, declared_locations};
 use store::PartitionStore;
 pub use store::{ArchivedRange, MANIFEST_FORMAT, Manifest};
 

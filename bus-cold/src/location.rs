@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bus_core::BusError;
+use bus_core::{BusError, Manifest, TopicSpec};
 use object_store::ObjectStore;
 use object_store::path::Path as StorePath;
 use secrecy::{ExposeSecret, SecretString};
@@ -62,6 +62,28 @@ pub enum ColdLocation {
         /// Key prefix inside the bucket (may be empty).
         prefix: String,
     },
+}
+
+/// Every topic of `manifest` that declares a cold tier (`[topics.cold]`),
+/// with its index in the manifest and its location parsed; a location that
+/// does not parse is `InvalidArgument` on `topics[i].cold.location`.
+pub fn declared_locations(
+    manifest: &Manifest,
+) -> Result<Vec<(usize, &TopicSpec, ColdLocation)>, BusError> {
+    let mut declared = Vec::new();
+    for (index, spec) in manifest.topics.iter().enumerate() {
+        let Some(cold) = &spec.cold else {
+            continue;
+        };
+        let location = ColdLocation::parse(&cold.location).map_err(|error| match error {
+            BusError::InvalidArgument { reason, .. } => {
+                BusError::invalid(format!("topics[{index}].cold.location"), reason)
+            }
+            other => other,
+        })?;
+        declared.push((index, spec, location));
+    }
+    Ok(declared)
 }
 
 impl ColdLocation {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use bus_core::{BusError, Manifest};
 
-use crate::ColdLocation;
+use crate::declared_locations;
 
 /// Cold retention (ms; `None` = forever) of each topic that declares a tier.
 pub(super) type Declared = HashMap<String, Option<u64>>;
@@ -15,18 +15,10 @@ pub(super) type Declared = HashMap<String, Option<u64>>;
 /// `tier_location` (one `ColdBus` keeps one tier).
 pub(super) fn declared(manifest: &Manifest, tier_location: &str) -> Result<Declared, BusError> {
     let mut declared = Declared::new();
-    for (index, spec) in manifest.topics.iter().enumerate() {
-        let Some(cold) = &spec.cold else {
-            continue;
-        };
-        let field = format!("topics[{index}].cold.location");
-        let location = ColdLocation::parse(&cold.location).map_err(|error| match error {
-            BusError::InvalidArgument { reason, .. } => BusError::invalid(field.clone(), reason),
-            other => other,
-        })?;
+    for (index, spec, location) in declared_locations(manifest)? {
         if location.to_string() != tier_location {
             return Err(BusError::invalid(
-                field,
+                format!("topics[{index}].cold.location"),
                 format!(
                     "topic {:?} declares its cold tier at {location}, but this bus keeps its tier at \
                      {tier_location}; open a ColdBus on the declared location",
@@ -34,7 +26,8 @@ pub(super) fn declared(manifest: &Manifest, tier_location: &str) -> Result<Decla
                 ),
             ));
         }
-        declared.insert(spec.name.clone(), cold.retention_ms);
+        let retention_ms = spec.cold.as_ref().and_then(|cold| cold.retention_ms);
+        declared.insert(spec.name.clone(), retention_ms);
     }
     Ok(declared)
 }

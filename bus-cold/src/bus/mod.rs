@@ -187,6 +187,17 @@ impl<B: EventBus + 'static> ColdBus<B> {
         &self.shared.tier
     }
 
+    /// `Some(retention)` when a provisioned manifest gave `topic` a tier
+    /// (`Some(None)`: kept forever); `None` when none did.
+    fn declared_retention(&self, topic: &str) -> Option<Option<u64>> {
+        self.shared
+            .declared
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+            .copied()
+    }
+
     fn auth(&self) -> Option<RecordAuth> {
         self.shared
             .auth
@@ -573,13 +584,7 @@ impl<B: EventBus + 'static> EventBus for ColdBus<B> {
         }
         let mut removed = self.shared.inner.maintenance(now_ms)?;
         for topic in &topics {
-            let declared = self
-                .shared
-                .declared
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(topic)
-                .copied();
+            let declared = self.declared_retention(topic);
             let Some(keep) = declared.unwrap_or(self.shared.options.cold_retention_ms) else {
                 continue;
             };
@@ -612,13 +617,7 @@ impl<B: EventBus + 'static> EventBus for ColdBus<B> {
     /// The inner bus's spec, with the cold section a provisioned manifest declared.
     fn topic_spec(&self, topic: &str) -> Result<Option<TopicSpec>, BusError> {
         let spec = self.shared.inner.topic_spec(topic)?;
-        let declared = self
-            .shared
-            .declared
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(topic)
-            .copied();
+        let declared = self.declared_retention(topic);
         Ok(spec.map(|mut spec| {
             if let Some(retention_ms) = declared {
                 spec.cold = Some(bus_core::ColdSpec {

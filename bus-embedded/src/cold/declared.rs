@@ -26,16 +26,7 @@ pub(crate) fn open_declared(
     manifest: &Manifest,
 ) -> Result<Vec<Declared>, BusError> {
     let mut declared = Vec::new();
-    for (index, spec) in manifest.topics.iter().enumerate() {
-        let Some(cold) = &spec.cold else {
-            continue;
-        };
-        let location = ColdLocation::parse(&cold.location).map_err(|error| match error {
-            BusError::InvalidArgument { reason, .. } => {
-                BusError::invalid(format!("topics[{index}].cold.location"), reason)
-            }
-            other => other,
-        })?;
+    for (_, spec, location) in bus_cold::declared_locations(manifest)? {
         if let Some(have) = current_location(bus, &spec.name)?
             && have != location.to_string()
         {
