@@ -167,7 +167,8 @@ impl RawPointReader {
         let failed = |what: &str, e: rdkafka::error::KafkaError| {
             BusError::backend("kafka", format!("raw {what}: {e}"))
         };
-        let consumer: BaseConsumer = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", brokers)
             .set(
                 "group.id",
@@ -178,9 +179,16 @@ impl RawPointReader {
             .set("fetch.wait.max.ms", "10")
             .set("fetch.queue.backoff.ms", "5")
             .set("queued.min.messages", "100000")
-            .set("queued.max.messages.kbytes", "16384")
-            .create()
-            .map_err(|e| failed("consumer", e))?;
+            .set("queued.max.messages.kbytes", "16384");
+        for pair in std::env::var("BENCH_RAW_KAFKA_SET")
+            .unwrap_or_default()
+            .split(',')
+        {
+            if let Some((name, value)) = pair.split_once('=') {
+                config.set(name, value);
+            }
+        }
+        let consumer: BaseConsumer = config.create().map_err(|e| failed("consumer", e))?;
         let topic = kafka_topic_name(topic);
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&topic, 0, Offset::Offset(0))

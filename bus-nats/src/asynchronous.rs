@@ -25,7 +25,7 @@ use bus_core::{
 
 use crate::bus::{connect_client, jetstream_of};
 use crate::get::Reads;
-use crate::naming::record_subject;
+use crate::naming::record_subject_as;
 use crate::options::NatsOptions;
 use crate::publish::{prepare, send_all};
 use crate::shared::TopicState;
@@ -169,7 +169,7 @@ impl NatsBus {
         let state = self.topic_async(topic).await?;
         let partition = uid_partition(&state.spec, key, event_uid)?;
         let stream = state.partition(partition)?.stream.clone();
-        let subject = record_subject(&stream, Some(event_uid));
+        let subject = record_subject_as(&stream, Some(event_uid), state.uid_subjects);
         let what = format!("find_event_by_uid in {stream}");
         let handle = shared
             .js

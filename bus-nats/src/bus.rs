@@ -20,7 +20,7 @@ use bus_core::{
 
 use crate::errors::{BACKEND, unavailable, unavailable_caused};
 use crate::get::Reads;
-use crate::naming::record_subject;
+use crate::naming::record_subject_as;
 use crate::options::NatsOptions;
 use crate::publish::{prepare, send_all};
 use crate::shared::{Shared, TopicState};
@@ -391,7 +391,7 @@ impl EventBus for NatsBus {
                     format!("topic {topic:?} lost partition {partition}"),
                 )
             })?;
-        let subject = record_subject(&stream, Some(event_uid));
+        let subject = record_subject_as(&stream, Some(event_uid), state.uid_subjects);
         let (name, uid) = (topic.to_owned(), event_uid.to_owned());
         let sequence = self.run("find_event_by_uid", move |shared| async move {
             let what = format!("find_event_by_uid in {stream}");

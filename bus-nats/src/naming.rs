@@ -8,6 +8,8 @@
 //! whose escape would be long by a hash (`_h` + 40 hex digits, a prefix the
 //! escape never produces), keeping stream names well within NATS limits.
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bus_core::InvalidName;
 use sha2::{Digest, Sha256};
 
@@ -79,12 +81,85 @@ pub fn stream_subjects(stream: &str) -> String {
     format!("{stream}.>")
 }
 
-/// The subject a record is published on: one subject per UID (so the
-/// server's per-subject index answers dedup and find-by-UID), and one shared
-/// subject for records without UID.
+/// Stream metadata key naming how the stream's UID subjects are spelled
+/// ([`UidSubjects`]); streams created before it existed have none.
+pub const META_UID_SUBJECTS: &str = "bus.uid-subjects";
+
+/// How a stream spells its UID subjects, fixed when the stream is created
+/// and recorded in its metadata ([`META_UID_SUBJECTS`]).
+///
+/// The server keeps state for every subject a stream holds, and the subject's
+/// length counts several times over: one subject per UID cost a
+/// nats-server 2.15.1 ~504 bytes of resident memory per UID with a 64-digit
+/// token and ~334 with a 32-digit one (`nats_uid_memory` in bus-bench).
+/// Two UIDs whose tokens collide share a subject, which a lookup walks like
+/// one holding forgeries (only a record carrying the UID answers for it), so
+/// a shorter token costs correctness nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UidSubjects {
+    /// `{stream}.u.{64 hex digits of SHA-256}`, published with a
+    /// `Nats-Msg-Id`: streams created before the metadata key existed.
+    Sha256Hex,
+    /// `{stream}.u.{16 base64url characters of SHA-256's first 96 bits}`, no
+    /// `Nats-Msg-Id` (the subject's condition already deduplicates; the
+    /// server's duplicate-window map cost ~240 bytes more per UID for the
+    /// window, and ~60 stayed resident after it).
+    Sha256Short,
+}
+
+impl UidSubjects {
+    /// The spelling of streams created now.
+    pub const CURRENT: Self = Self::Sha256Short;
+
+    /// The value recorded under [`META_UID_SUBJECTS`] (none for
+    /// [`UidSubjects::Sha256Hex`], which predates the key).
+    pub fn recorded_as(self) -> Option<&'static str> {
+        match self {
+            Self::Sha256Hex => None,
+            Self::Sha256Short => Some("sha256-96-base64url"),
+        }
+    }
+
+    /// The spelling a stream's metadata value names; `None` for a value this
+    /// version does not know (a stream it must not write to).
+    pub fn from_recorded(value: Option<&str>) -> Option<Self> {
+        match value {
+            None => Some(Self::Sha256Hex),
+            Some("sha256-96-base64url") => Some(Self::Sha256Short),
+            Some(_) => None,
+        }
+    }
+
+    /// The UID's subject token.
+    pub fn token(self, uid: &str) -> String {
+        match self {
+            Self::Sha256Hex => uid_hash(uid),
+            Self::Sha256Short => {
+                let digest = Sha256::digest(uid.as_bytes());
+                URL_SAFE_NO_PAD.encode(&digest[..12])
+            }
+        }
+    }
+
+    /// Whether a record's first publish also carries a `Nats-Msg-Id`.
+    pub fn with_msg_id(self) -> bool {
+        self == Self::Sha256Hex
+    }
+}
+
+/// The subject a record is published on in a stream created by this
+/// version ([`UidSubjects::CURRENT`]): see [`record_subject_as`].
 pub fn record_subject(stream: &str, uid: Option<&str>) -> String {
+    record_subject_as(stream, uid, UidSubjects::CURRENT)
+}
+
+/// The subject a record is published on in a stream that spells UID
+/// subjects `spelling`: one subject per UID token (so the server's
+/// per-subject index answers dedup and find-by-UID), and one shared subject
+/// for records without UID.
+pub fn record_subject_as(stream: &str, uid: Option<&str>, spelling: UidSubjects) -> String {
     match uid {
-        Some(uid) => format!("{stream}.u.{}", uid_hash(uid)),
+        Some(uid) => format!("{stream}.u.{}", spelling.token(uid)),
         None => format!("{stream}.r"),
     }
 }
@@ -164,6 +239,40 @@ mod tests {
         assert_eq!(decode_header_text("%zz"), None);
         assert_eq!(decode_header_text("%4"), None);
         assert_eq!(decode_header_text("%+A"), None, "a sign is not a hex digit");
+    }
+
+    #[test]
+    fn uid_subject_spellings() {
+        let short = record_subject_as("s", Some("order-1"), UidSubjects::Sha256Short);
+        let token = short.strip_prefix("s.u.").expect("under .u.");
+        assert_eq!(token.len(), 16);
+        assert!(
+            token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+        assert_ne!(
+            short,
+            record_subject_as("s", Some("order-2"), UidSubjects::Sha256Short)
+        );
+        assert_eq!(record_subject("s", Some("order-1")), short, "CURRENT");
+        assert_eq!(
+            record_subject_as("s", Some("order-1"), UidSubjects::Sha256Hex),
+            format!("s.u.{}", uid_hash("order-1"))
+        );
+        assert_eq!(
+            record_subject_as("s", None, UidSubjects::Sha256Short),
+            "s.r"
+        );
+        for spelling in [UidSubjects::Sha256Hex, UidSubjects::Sha256Short] {
+            assert_eq!(
+                UidSubjects::from_recorded(spelling.recorded_as()),
+                Some(spelling)
+            );
+        }
+        assert_eq!(UidSubjects::from_recorded(Some("from-the-future")), None);
+        assert!(UidSubjects::Sha256Hex.with_msg_id());
+        assert!(!UidSubjects::Sha256Short.with_msg_id());
     }
 
     #[test]

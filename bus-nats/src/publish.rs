@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use crate::errors::{PublishFailure, publish_failure};
 use crate::get::Reads;
-use crate::naming::record_subject;
+use crate::naming::record_subject_as;
 use crate::record::{Guard, headers_len, record_headers};
 use crate::shared::{RESEND_INTERVAL, Shared, TopicState};
 use crate::topics::{stream_info, unanswered};
@@ -79,7 +79,14 @@ pub(crate) fn prepare(
         value: &payload,
     };
     let auth = shared.auth();
-    let headers = record_headers(auth.as_ref(), parts, carried, Guard::Empty)?;
+    // Without a `Nats-Msg-Id`, "the subject holds nothing" is the condition
+    // itself: a last subject sequence of 0.
+    let guard = if topic.uid_subjects.with_msg_id() {
+        Guard::Empty
+    } else {
+        Guard::After(0)
+    };
+    let headers = record_headers(auth.as_ref(), parts, carried, guard)?;
     // The server would refuse a message over its max_payload; say so with
     // the sizes instead of letting the publish fail obscurely.
     let size = payload.len() + headers_len(&headers);
@@ -92,7 +99,7 @@ pub(crate) fn prepare(
     }
     Ok(Prepared {
         partition,
-        subject: record_subject(stream, uid),
+        subject: record_subject_as(stream, uid, topic.uid_subjects),
         headers,
         resend: uid.map(|uid| Resend {
             key: key.to_owned(),

@@ -11,7 +11,15 @@ use bus_core::auth::RecordAuth;
 use bus_core::{BusError, TopicSpec};
 
 use crate::cursor::Cursor;
-use crate::naming::stream_name;
+use crate::naming::{UidSubjects, stream_name};
+
+/// A topic as its partition-0 stream records it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Recorded {
+    pub(crate) spec: TopicSpec,
+    /// How its streams spell UID subjects.
+    pub(crate) uid_subjects: UidSubjects,
+}
 
 /// One connection and what it has learnt about the server's topics.
 pub(crate) struct Shared {
@@ -38,6 +46,8 @@ pub(crate) struct Shared {
 /// A provisioned topic as the server recorded it.
 pub(crate) struct TopicState {
     pub(crate) spec: TopicSpec,
+    /// How its streams spell UID subjects (recorded when they were created).
+    pub(crate) uid_subjects: UidSubjects,
     pub(crate) partitions: Vec<PartitionState>,
 }
 
@@ -107,14 +117,17 @@ impl Shared {
             .cloned()
     }
 
-    /// Caches `spec` (keeping an entry already there, and its cursors).
-    pub(crate) fn remember(&self, spec: TopicSpec) -> Arc<TopicState> {
+    /// Caches a topic as recorded (keeping an entry already there, and its
+    /// cursors).
+    pub(crate) fn remember(&self, recorded: Recorded) -> Arc<TopicState> {
+        let Recorded { spec, uid_subjects } = recorded;
         let mut topics = self
             .topics
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(existing) = topics.get(&spec.name)
             && existing.spec == spec
+            && existing.uid_subjects == uid_subjects
         {
             return Arc::clone(existing);
         }
@@ -127,6 +140,7 @@ impl Shared {
                 })
                 .collect(),
             spec,
+            uid_subjects,
         });
         topics.insert(state.spec.name.clone(), Arc::clone(&state));
         state

@@ -15,8 +15,11 @@ use futures::StreamExt;
 use futures::future::try_join_all;
 
 use crate::errors::{ApiFailure, api_error, timed_out, unavailable, unavailable_caused};
-use crate::naming::{META_PARTITION, META_SPEC, META_TOPIC, stream_name, stream_subjects};
-use crate::shared::Shared;
+use crate::naming::{
+    META_PARTITION, META_SPEC, META_TOPIC, META_UID_SUBJECTS, UidSubjects, stream_name,
+    stream_subjects,
+};
+use crate::shared::{Recorded, Shared};
 
 /// Room kept beside the value for a record's headers: a key and a UID of
 /// up to 1 KiB each, percent-encoded (3 bytes a byte at worst), plus the
@@ -56,8 +59,16 @@ pub(crate) async fn unanswered(shared: &Shared, topic: &str, stream: &str, what:
     }
 }
 
-/// The spec recorded on a partition-0 stream, if it is one of ours for `topic`.
-fn recorded_spec(config: &Config, topic: Option<&str>) -> Option<TopicSpec> {
+/// How a stream's metadata says it spells UID subjects; `None` for a
+/// spelling this version does not know.
+fn recorded_uid_subjects(config: &Config) -> Option<UidSubjects> {
+    UidSubjects::from_recorded(config.metadata.get(META_UID_SUBJECTS).map(String::as_str))
+}
+
+/// The topic recorded on a partition-0 stream, if it is one of ours for
+/// `topic` (a spelling of UID subjects this version does not know makes it
+/// none of ours: writing to it would break its dedup).
+fn recorded_spec(config: &Config, topic: Option<&str>) -> Option<Recorded> {
     let metadata = &config.metadata;
     if metadata.get(META_PARTITION).map(String::as_str) != Some("0") {
         return None;
@@ -67,11 +78,12 @@ fn recorded_spec(config: &Config, topic: Option<&str>) -> Option<TopicSpec> {
         return None;
     }
     let spec: TopicSpec = serde_json::from_str(metadata.get(META_SPEC)?).ok()?;
-    (spec.name == *name).then_some(spec)
+    let uid_subjects = recorded_uid_subjects(config)?;
+    (spec.name == *name).then_some(Recorded { spec, uid_subjects })
 }
 
 /// The spec of `topic` as the server records it, `None` when not provisioned.
-pub(crate) async fn lookup(shared: &Shared, topic: &str) -> Result<Option<TopicSpec>, BusError> {
+pub(crate) async fn lookup(shared: &Shared, topic: &str) -> Result<Option<Recorded>, BusError> {
     let stream = stream_name(&shared.prefix, topic, 0);
     let info = stream_info(&shared.js, &stream).await.map_err(|failure| {
         failure.into_bus(&format!("looking up topic {topic:?}"), shared.timeout)
@@ -80,7 +92,7 @@ pub(crate) async fn lookup(shared: &Shared, topic: &str) -> Result<Option<TopicS
 }
 
 /// Every topic of this prefix on the server.
-pub(crate) async fn list(shared: &Shared) -> Result<Vec<TopicSpec>, BusError> {
+pub(crate) async fn list(shared: &Shared) -> Result<Vec<Recorded>, BusError> {
     let ours = format!("{}_", shared.prefix);
     let mut streams = shared.js.streams();
     let mut specs = Vec::new();
@@ -93,8 +105,8 @@ pub(crate) async fn list(shared: &Shared) -> Result<Vec<TopicSpec>, BusError> {
     }
     // The listing is paged by offset; on a cluster, streams created by
     // others while it pages can shift a stream onto the next page twice.
-    specs.sort_by(|a, b| a.name.cmp(&b.name));
-    specs.dedup_by(|a, b| a.name == b.name);
+    specs.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    specs.dedup_by(|a, b| a.spec.name == b.spec.name);
     Ok(specs)
 }
 
@@ -110,7 +122,7 @@ fn stream_config(prefix: &str, spec: &TopicSpec, partition: u32) -> Config {
     if !max_age.is_zero() {
         duplicate_window = duplicate_window.min(max_age);
     }
-    let metadata = HashMap::from([
+    let mut metadata = HashMap::from([
         (META_TOPIC.to_owned(), spec.name.clone()),
         (META_PARTITION.to_owned(), partition.to_string()),
         (
@@ -118,6 +130,9 @@ fn stream_config(prefix: &str, spec: &TopicSpec, partition: u32) -> Config {
             serde_json::to_string(spec).unwrap_or_default(),
         ),
     ]);
+    if let Some(spelling) = UidSubjects::CURRENT.recorded_as() {
+        metadata.insert(META_UID_SUBJECTS.to_owned(), spelling.to_owned());
+    }
     Config {
         subjects: vec![stream_subjects(&name)],
         name,
@@ -153,7 +168,26 @@ async fn create_partition(
                         Some(recorded) => {
                             let existing: TopicSpec =
                                 serde_json::from_str(recorded).map_err(|_| foreign(&name))?;
-                            spec.conflict_with(&existing)
+                            spec.conflict_with(&existing)?;
+                            // Created by another version of the bus: its UID
+                            // subjects are spelled otherwise than this one
+                            // assumes for a topic it creates.
+                            let found = recorded_uid_subjects(&info.config);
+                            if found == Some(UidSubjects::CURRENT) {
+                                return Ok(());
+                            }
+                            Err(BusError::Conflict {
+                                topic: spec.name.clone(),
+                                property: format!("the UID subjects of stream {name}"),
+                                existing: format!(
+                                    "{:?}",
+                                    info.config.metadata.get(META_UID_SUBJECTS)
+                                ),
+                                requested: format!("{:?}", UidSubjects::CURRENT.recorded_as()),
+                                fix: "another version of the bus created the stream; provision \
+                                      again to use it as it is, or with a version that knows it"
+                                    .to_owned(),
+                            })
                         }
                         None => Err(foreign(&name)),
                     },
@@ -220,7 +254,7 @@ fn foreign(stream: &str) -> BusError {
 pub(crate) async fn provision(
     shared: &Shared,
     manifest: &Manifest,
-) -> Result<Vec<TopicSpec>, BusError> {
+) -> Result<Vec<Recorded>, BusError> {
     manifest.refuse_cold("the NATS backend")?;
     for (index, spec) in manifest.topics.iter().enumerate() {
         check_record_limit(index, spec, shared.max_payload)?;
@@ -230,7 +264,7 @@ pub(crate) async fn provision(
     for (index, spec) in manifest.topics.iter().enumerate() {
         match lookup(shared, &spec.name).await? {
             Some(existing) => {
-                spec.conflict_with(&existing)?;
+                spec.conflict_with(&existing.spec)?;
                 present.push(existing);
             }
             None => missing.push((index, spec.clone())),
@@ -251,7 +285,10 @@ pub(crate) async fn provision(
             create_partition(shared, *index, spec, 0).await?;
         }
     }
-    present.extend(missing.into_iter().map(|(_, spec)| spec));
+    present.extend(missing.into_iter().map(|(_, spec)| Recorded {
+        spec,
+        uid_subjects: UidSubjects::CURRENT,
+    }));
     Ok(present)
 }
 

@@ -16,3 +16,4 @@ mod replay;
 mod secure;
 mod subscribe;
 mod subscribe_outage;
+mod uid_subjects;
