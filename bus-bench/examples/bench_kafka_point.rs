@@ -12,6 +12,10 @@
 //!   rdkafka at `linger.ms` 0 and 1, and the bus's batch of 10,000 at
 //!   both; rounds alternating, the best round counts.
 //!
+//! Experiments: `BENCH_BUS_KAFKA_SET` and `BENCH_RAW_KAFKA_SET` hold
+//! librdkafka settings (`name=value,...`) for the bus's clients and the raw
+//! point reader.
+//!
 //! The broker comes from `--brokers`, else `BUS_KAFKA_BROKERS`, else
 //! 127.0.0.1:9092. Prints the load average before and after (the machine
 //! may be shared: read the ratios, not the rates).
@@ -87,7 +91,14 @@ fn main() {
     println!("load average at start: {}", load());
     let id = uuid::Uuid::new_v4().simple().to_string();
     let manifest_topic = format!("bus-bench-manifest-{}", &id[..8]);
-    let options = KafkaOptions::new([args.brokers.clone()]).manifest_topic(manifest_topic.clone());
+    let mut options =
+        KafkaOptions::new([args.brokers.clone()]).manifest_topic(manifest_topic.clone());
+    // Experiments: librdkafka settings for the bus's clients, `name=value,...`.
+    for pair in std::env::var("BENCH_BUS_KAFKA_SET").unwrap_or_default().split(',') {
+        if let Some((name, value)) = pair.split_once('=') {
+            options = options.rdkafka(name, value);
+        }
+    }
     let bus = KafkaBus::connect_with(options.clone()).unwrap_or_else(|e| panic!("connect: {e}"));
     let (read_topic, serial_topic) = (
         format!("point-{}", &id[..8]),
