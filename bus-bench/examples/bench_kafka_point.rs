@@ -94,7 +94,10 @@ fn main() {
     let mut options =
         KafkaOptions::new([args.brokers.clone()]).manifest_topic(manifest_topic.clone());
     // Experiments: librdkafka settings for the bus's clients, `name=value,...`.
-    for pair in std::env::var("BENCH_BUS_KAFKA_SET").unwrap_or_default().split(',') {
+    for pair in std::env::var("BENCH_BUS_KAFKA_SET")
+        .unwrap_or_default()
+        .split(',')
+    {
         if let Some((name, value)) = pair.split_once('=') {
             options = options.rdkafka(name, value);
         }
