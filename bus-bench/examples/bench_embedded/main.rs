@@ -26,8 +26,11 @@ use bus_core::{BatchRecord, Compression, EventBus, Manifest, TopicSpec};
 use bus_embedded::EmbeddedBus;
 use serde_json::{Value, json};
 
+mod group_commit;
 mod references;
 mod workload;
+
+use group_commit::sqlite_group_commit_rate;
 
 use references::{
     bare_append_bandwidth, bare_fsync_rate, parse_rate, serialize_rate, sqlite_reference,
@@ -371,6 +374,15 @@ fn main() {
         reference: Some(("1 publisher", one)),
         ratio: Some(many / one),
         target: ">= 8",
+    });
+    let group_commit = sqlite_group_commit_rate(dir, 16, budget);
+    rows.push(Row {
+        name: "16 publishers, 1 partition, Sync",
+        value: many,
+        unit: "rec/s",
+        reference: Some(("SQLite group commit, 16", group_commit)),
+        ratio: Some(many / group_commit),
+        target: ">= 3",
     });
 
     stage("after 16 publishers");
