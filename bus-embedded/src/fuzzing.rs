@@ -22,6 +22,8 @@ pub struct Record {
     pub uid: Option<String>,
     /// Authentication tag.
     pub tag: Option<Vec<u8>>,
+    /// The record's headers as the frame encodes them (empty: none).
+    pub headers: Vec<u8>,
     /// Value bytes.
     pub value: Vec<u8>,
 }
@@ -35,6 +37,8 @@ pub struct DecodedRecord {
     pub uid: Option<Vec<u8>>,
     /// Authentication tag.
     pub tag: Option<Vec<u8>>,
+    /// The record's headers as the frame encodes them (empty: none).
+    pub headers: Vec<u8>,
     /// Value bytes.
     pub value: Vec<u8>,
 }
@@ -147,7 +151,7 @@ fn new_records(records: &[Record]) -> Vec<NewRecord> {
             key: r.key.clone(),
             uid: r.uid.clone(),
             tag: r.tag.clone(),
-            headers: Vec::new(),
+            headers: r.headers.clone(),
             value: r.value.clone(),
         })
         .collect()
@@ -184,6 +188,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<DecodedFrame, BusError> {
                 key: r.key.to_vec(),
                 uid: r.uid.map(<[u8]>::to_vec),
                 tag: r.tag.map(<[u8]>::to_vec),
+                headers: r.headers.map(<[u8]>::to_vec).unwrap_or_default(),
                 value: r.value.to_vec(),
             })
             .collect(),

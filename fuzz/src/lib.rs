@@ -23,6 +23,7 @@ impl From<ArbRecord> for Record {
             key: r.key,
             uid: r.uid,
             tag: r.tag,
+            headers: Vec::new(),
             value: r.value,
         }
     }
@@ -34,6 +35,7 @@ pub fn decoded(r: &Record) -> DecodedRecord {
         key: r.key.as_bytes().to_vec(),
         uid: r.uid.as_ref().map(|u| u.as_bytes().to_vec()),
         tag: r.tag.clone(),
+        headers: r.headers.clone(),
         value: r.value.clone(),
     }
 }
@@ -47,6 +49,7 @@ pub fn encodable(r: &DecodedRecord) -> Option<Record> {
             None => None,
         },
         tag: r.tag.clone(),
+        headers: r.headers.clone(),
         value: r.value.clone(),
     })
 }

@@ -366,7 +366,10 @@ pub(crate) fn encode_headers(headers: &bus_core::Headers) -> Result<Vec<u8>, Str
 }
 
 /// Reverses [`encode_headers`]; `None` when the block does not parse
-/// exactly (lengths past its end, trailing bytes, text that is not UTF-8).
+/// exactly (lengths past its end, trailing bytes, text that is not UTF-8)
+/// or is not what [`encode_headers`] writes (no headers, names out of
+/// order or repeated): a record has one encoding, so a block that decodes
+/// is the one its headers encode to.
 pub(crate) fn decode_headers(block: &[u8]) -> Option<bus_core::Headers> {
     fn text<'b>(rest: &mut &'b [u8]) -> Option<&'b str> {
         let (len, tail) = rest.split_first_chunk::<2>()?;
@@ -383,8 +386,8 @@ pub(crate) fn decode_headers(block: &[u8]) -> Option<bus_core::Headers> {
         let value = text(&mut rest)?;
         pairs.push((name, value));
     }
-    rest.is_empty()
-        .then(|| bus_core::Headers::from_stored(pairs))
+    let canonical = count > 0 && pairs.windows(2).all(|pair| pair[0].0 < pair[1].0);
+    (rest.is_empty() && canonical).then(|| bus_core::Headers::from_stored(pairs))
 }
 
 fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), String> {
