@@ -96,18 +96,23 @@ cmd_start() {
       --config-file "$DOCKER_HOME/daemon.json" >>"$OWN_LOG" 2>&1 </dev/null &
     pid=$!
     local end=$(( t0 + 60000 ))
+    # `kill -0`, not pid_alive's name check: until the background subshell
+    # has exec'd nohup and dockerd, its command line is this script's, and a
+    # name check there took a starting daemon for a dead one (a CI rehearsal
+    # then waited on the live daemon forever).
     until docker_answers; do
-      pid_alive "$pid" dockerd || break
-      [ "$(now_ms)" -ge "$end" ] && { kill -TERM "$pid" 2>/dev/null || true; break; }
+      kill -0 "$pid" 2>/dev/null || break
+      [ "$(now_ms)" -ge "$end" ] && break
       sleep 0.2
     done
-    if pid_alive "$pid" dockerd && docker_answers; then
+    if kill -0 "$pid" 2>/dev/null && docker_answers; then
       log "dockerd ready in $(( $(now_ms) - t0 )) ms (pid $pid, $(docker info --format '{{.Driver}}' 2>/dev/null))"
       echo "export DOCKER_HOST=$DOCKER_HOST"
       return 0
     fi
     tail_log "$OWN_LOG" 15
     log "dockerd with storage driver $driver did not come up"
+    kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     rm -f "$OWN_PIDFILE" "$OWN_SOCK"
   done
