@@ -102,17 +102,20 @@ fn subject(layout: &str, i: usize) -> String {
     }
 }
 
-async fn fill(layout: &str, port: u16, records: usize) -> Duration {
+/// A JetStream context on the server at `port`, once it answers.
+async fn connect(port: u16) -> jetstream::Context {
     let url = format!("nats://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
+    loop {
         match async_nats::connect(&url).await {
-            Ok(client) => break client,
+            Ok(client) => return jetstream::new(client),
             Err(error) if Instant::now() > deadline => panic!("connect: {error}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
-    };
-    let js = jetstream::new(client);
+    }
+}
+
+async fn fill(js: &jetstream::Context, layout: &str, records: usize) -> Duration {
     js.create_stream(stream::Config {
         name: "m".to_owned(),
         subjects: vec!["m.>".to_owned()],
@@ -164,22 +167,9 @@ fn main() {
     for layout in &args.layouts {
         let server = start(&args.server_bin, args.port);
         let pid = server.child.id();
-        runtime.block_on(async {
-            // The server is up once a client connects (fill polls for it).
-            let took = fill(layout, args.port, 0).await;
-            let _ = took;
-        });
+        let js = runtime.block_on(connect(args.port));
         let before = rss_kib(pid);
-        let took = runtime.block_on(async {
-            let client = async_nats::connect(format!("nats://127.0.0.1:{}", args.port))
-                .await
-                .expect("connect");
-            jetstream::new(client)
-                .delete_stream("m")
-                .await
-                .expect("delete");
-            fill(layout, args.port, args.records).await
-        });
+        let took = runtime.block_on(fill(&js, layout, args.records));
         let mut after = rss_kib(pid);
         let mut label = layout.clone();
         if args.settle > 0 {

@@ -108,6 +108,18 @@ pub fn shared_bus(suite: &str, tag: &str) -> Option<bus_nats::NatsBus> {
     Some(bus_nats::NatsBus::connect_with(options).expect("connect"))
 }
 
+/// Another bus on `bus`'s prefix on the shared server (another process, or
+/// one started after a change to the streams).
+pub fn same_prefix(bus: &bus_nats::NatsBus) -> bus_nats::NatsBus {
+    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
+    bus_nats::NatsBus::connect_with(
+        bus_nats::NatsOptions::from_url(&url)
+            .expect("BUS_NATS_URL")
+            .prefix(bus.prefix().to_owned()),
+    )
+    .expect("connect")
+}
+
 /// Runs `work` with a raw JetStream context on the shared server.
 pub fn raw<T>(work: impl AsyncFnOnce(async_nats::jetstream::Context) -> T) -> T {
     let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");

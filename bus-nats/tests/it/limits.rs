@@ -121,13 +121,7 @@ fn topic_spec_reads_back_the_provisioned_spec() {
         bus.topic_spec("described").expect("topic_spec"),
         Some(spec.clone())
     );
-    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
-    let other = bus_nats::NatsBus::connect_with(
-        bus_nats::NatsOptions::from_url(&url)
-            .expect("BUS_NATS_URL")
-            .prefix(bus.prefix().to_owned()),
-    )
-    .expect("connect");
+    let other = common::same_prefix(&bus);
     assert_eq!(
         other.topic_spec("described").expect("topic_spec"),
         Some(spec)

@@ -9,27 +9,16 @@ use crate::common;
 
 use async_nats::jetstream::stream::Config;
 use bus_core::{BusError, EventBus, Manifest, PartitionOffsets, TopicSpec};
+use bus_nats::NatsBus;
 use bus_nats::naming::{
     KEY_HEADER, META_UID_SUBJECTS, UID_HEADER, UidSubjects, encode_header_text, record_subject,
     record_subject_as, stream_name,
 };
-use bus_nats::{NatsBus, NatsOptions};
 use common::cleanup;
 use serde_json::json;
 
 fn bus() -> Option<NatsBus> {
     common::shared_bus("uid_subjects", "uids")
-}
-
-/// Another bus on `bus`'s prefix (a process that starts after the change).
-fn reopened(bus: &NatsBus) -> NatsBus {
-    let url = std::env::var("BUS_NATS_URL").expect("BUS_NATS_URL");
-    NatsBus::connect_with(
-        NatsOptions::from_url(&url)
-            .expect("BUS_NATS_URL")
-            .prefix(bus.prefix().to_owned()),
-    )
-    .expect("connect")
 }
 
 /// The stream's config with its UID spelling set to `value` (removed for
@@ -110,7 +99,7 @@ fn new_streams_spell_uids_short_and_send_no_msg_id() {
             .expect("retry"),
         ack
     );
-    let other = reopened(&bus);
+    let other = common::same_prefix(&bus);
     assert_eq!(
         other
             .publish_idempotent("t", "k", &value, "order-1")
@@ -154,7 +143,7 @@ fn streams_of_earlier_versions_keep_their_64_digit_subjects() {
         .await
         .expect("ack");
     });
-    let bus = reopened(&bus);
+    let bus = common::same_prefix(&bus);
     let found = bus
         .find_event_by_uid("t", "k", "old-1")
         .expect("find")
@@ -189,7 +178,7 @@ fn a_spelling_this_version_does_not_know_is_not_taken_for_a_topic() {
     let manifest = Manifest::new([TopicSpec::new("t", 1)]);
     bus.provision(&manifest).expect("provision");
     respell(&stream_name(bus.prefix(), "t", 0), Some("from-the-future"));
-    let other = reopened(&bus);
+    let other = common::same_prefix(&bus);
     assert!(
         matches!(other.partitions("t"), Err(BusError::UnknownTopic(_))),
         "a stream it cannot write correctly is no topic of this bus"
