@@ -152,12 +152,16 @@ pub(crate) fn provision(
             kafka_topic: kafka_topic.clone(),
             spec: spec.clone(),
         };
-        match (existing.get(&kafka_topic), registry.cached(&spec.name)) {
-            (Some(&partitions), known) => {
+        // The recorded spec decides first, whatever the metadata shows: a
+        // broker whose metadata lags, or a Kafka topic deleted behind the
+        // bus's back, must not let another spec overwrite the record.
+        let known = registry.cached(&spec.name);
+        if let Some(known) = known {
+            spec.conflict_with(&known.spec)?;
+        }
+        match existing.get(&kafka_topic) {
+            Some(&partitions) => {
                 present.push((spec.name.clone(), kafka_topic.clone()));
-                if let Some(known) = known {
-                    spec.conflict_with(&known.spec)?;
-                }
                 let partitions = u32::try_from(partitions).unwrap_or(u32::MAX);
                 if partitions != spec.partitions {
                     return Err(BusError::Conflict {
@@ -174,9 +178,11 @@ pub(crate) fn provision(
                     record.push(entry);
                 }
             }
-            (None, _) => {
+            None => {
                 missing.push(spec);
-                record.push(entry);
+                if known.is_none() {
+                    record.push(entry);
+                }
             }
         }
     }

@@ -14,4 +14,5 @@ mod common;
 mod async_surface;
 mod flush;
 mod no_auto_create;
+mod provision_registry;
 mod subscribe;
