@@ -302,10 +302,9 @@ fn main() {
     }
     let records: u64 = flag("--records").map_or(1_000_000, |i| args[i].parse().unwrap());
     let json_out = flag("--json").is_some();
-    let tmp = tempfile::tempdir_in(
-        flag("--dir").map_or_else(std::env::temp_dir, |i| PathBuf::from(&args[i])),
-    )
-    .unwrap();
+    let parent = flag("--dir").map_or_else(std::env::temp_dir, |i| PathBuf::from(&args[i]));
+    std::fs::create_dir_all(&parent).unwrap();
+    let tmp = tempfile::tempdir_in(parent).unwrap();
     let dir = tmp.path();
     if flag("--compression").is_some() {
         return compression_bench(dir, records);
