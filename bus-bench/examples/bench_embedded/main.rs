@@ -35,7 +35,7 @@ use group_commit::sqlite_group_commit_rate;
 use references::{
     bare_append_bandwidth, bare_fsync_rate, parse_rate, serialize_rate, sqlite_reference,
 };
-use workload::{Lcg, event, median_us, rate, uid, varied_event};
+use workload::{Latency, Lcg, event, rate, settle, uid, varied_event};
 
 struct Row {
     name: &'static str,
@@ -114,7 +114,7 @@ fn stage(what: &str) {
     }
 }
 
-fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (f64, f64) {
+fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (Latency, Latency) {
     let mut rng = Lcg(records);
     let samples = 2000;
     let fetches = (0..samples)
@@ -138,7 +138,7 @@ fn latencies(bus: &dyn EventBus, topic: &str, records: u64) -> (f64, f64) {
             took
         })
         .collect();
-    (median_us(fetches), median_us(finds))
+    (Latency::of(fetches), Latency::of(finds))
 }
 
 /// A field of `/proc/self/status` (`VmRSS`, `RssAnon`) in MiB.
@@ -265,7 +265,10 @@ fn compression_bench(dir: &Path, records: u64) {
             .collect();
         let (fetch, find): (Vec<f64>, Vec<f64>) = KINDS
             .iter()
-            .map(|&k| latencies(&bus, &topic(k), records))
+            .map(|&k| {
+                let (fetch, find) = latencies(&bus, &topic(k), records);
+                (fetch.p50, find.p50)
+            })
             .unzip();
         drop(bus);
         println!("\n{shape}: ~{payload:.0} B of JSON per record");
@@ -462,6 +465,7 @@ fn main() {
         target: ">= 0.8",
     });
 
+    settle();
     let (fetch_small, find_small) = latencies(&bus, "small", 1_000);
     let (fetch_big, find_big) = latencies(&bus, "big", records);
     if stages() {
@@ -473,35 +477,51 @@ fn main() {
     }
     rows.push(Row {
         name: "fetch(random, 1) median at N records",
-        value: fetch_big,
+        value: fetch_big.p50,
         unit: "us",
-        reference: Some(("at 1,000 records", fetch_small)),
-        ratio: Some(fetch_big / fetch_small),
+        reference: Some(("at 1,000 records", fetch_small.p50)),
+        ratio: Some(fetch_big.p50 / fetch_small.p50),
         target: "<= 2",
     });
     rows.push(Row {
         name: "fetch(random, 1) median at N records",
-        value: fetch_big,
+        value: fetch_big.p50,
         unit: "us",
-        reference: Some(("SQLite by rowid at N", sqlite_fetch)),
-        ratio: Some(fetch_big / sqlite_fetch),
+        reference: Some(("SQLite by rowid at N", sqlite_fetch.p50)),
+        ratio: Some(fetch_big.p50 / sqlite_fetch.p50),
+        target: "<= 1",
+    });
+    rows.push(Row {
+        name: "fetch(random, 1) p99 at N records",
+        value: fetch_big.p99,
+        unit: "us",
+        reference: Some(("SQLite by rowid at N", sqlite_fetch.p99)),
+        ratio: Some(fetch_big.p99 / sqlite_fetch.p99),
         target: "<= 1",
     });
     rows.push(Row {
         name: "find_event_by_uid median at N records",
-        value: find_big,
+        value: find_big.p50,
         unit: "us",
-        reference: Some(("at 1,000 records", find_small)),
-        ratio: Some(find_big / find_small),
+        reference: Some(("at 1,000 records", find_small.p50)),
+        ratio: Some(find_big.p50 / find_small.p50),
         target: "<= 2",
     });
     rows.push(Row {
         name: "find_event_by_uid median at N records",
-        value: find_big,
+        value: find_big.p50,
         unit: "us",
-        reference: Some(("SQLite indexed uid at N", sqlite_find)),
-        ratio: Some(find_big / sqlite_find),
+        reference: Some(("SQLite indexed uid at N", sqlite_find.p50)),
+        ratio: Some(find_big.p50 / sqlite_find.p50),
         target: "<= 0.2",
+    });
+    rows.push(Row {
+        name: "find_event_by_uid p99 at N records",
+        value: find_big.p99,
+        unit: "us",
+        reference: Some(("SQLite indexed uid at N", sqlite_find.p99)),
+        ratio: Some(find_big.p99 / sqlite_find.p99),
+        target: "<= 1",
     });
     rows.push(Row {
         name: "RssAnon after writing N records",

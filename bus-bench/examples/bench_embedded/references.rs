@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::workload::{Lcg, event, median_us, rate, uid};
+use crate::workload::{Latency, Lcg, event, rate, settle, uid};
 
 /// write + fdatasync of ~200-byte appends for about `budget`.
 pub fn bare_fsync_rate(dir: &Path, budget: Duration) -> f64 {
@@ -82,8 +82,8 @@ pub fn serialize_rate(budget: Duration) -> f64 {
 /// by rowid at random, each value parsed as fetch does, and looked up by
 /// UID through an index (created after the timed inserts, so the insert
 /// figure stays comparable with earlier runs). Returns (insert rec/s,
-/// replay rec/s, fetch median µs, find-by-UID median µs).
-pub fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64, f64) {
+/// replay rec/s, fetch latency, find-by-UID latency).
+pub fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, Latency, Latency) {
     let db = rusqlite::Connection::open(dir.join("reference.sqlite")).unwrap();
     db.pragma_update(None, "journal_mode", "WAL").unwrap();
     db.pragma_update(None, "synchronous", "FULL").unwrap();
@@ -141,6 +141,7 @@ pub fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64, f64) {
     }
     assert_eq!(seen, records);
     let replay = rate(records, start.elapsed());
+    settle();
     let mut rng = Lcg(records);
     let mut one = db
         .prepare("SELECT key, value FROM events WHERE offset = ?1")
@@ -162,6 +163,7 @@ pub fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64, f64) {
         .collect();
     db.execute_batch("CREATE INDEX events_uid ON events (uid)")
         .unwrap();
+    settle();
     let mut by_uid = db
         .prepare("SELECT offset FROM events WHERE uid = ?1 ORDER BY offset LIMIT 1")
         .unwrap();
@@ -176,5 +178,5 @@ pub fn sqlite_reference(dir: &Path, records: u64) -> (f64, f64, f64, f64) {
             took
         })
         .collect();
-    (insert, replay, median_us(fetches), median_us(finds))
+    (insert, replay, Latency::of(fetches), Latency::of(finds))
 }
