@@ -8,26 +8,21 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bus_conformance::util::poll_until;
 use bus_core::{BusError, EventBus, Manifest, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions, kafka_topic_name};
 
-fn manifest(spec: TopicSpec) -> Manifest {
-    Manifest { topics: vec![spec] }
-}
-
 /// Polls until the cluster's metadata shows `topic` present (or absent).
 fn wait_until_listed(brokers: &str, topic: &str, present: bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while common::topic_exists(brokers, topic) != present {
-        assert!(
-            Instant::now() < deadline,
-            "topic {topic:?} still {} after 30 s",
-            if present { "absent" } else { "present" }
-        );
-        std::thread::park_timeout(Duration::from_millis(20));
-    }
+    let what = format!(
+        "topic {topic:?} to be {}",
+        if present { "listed" } else { "gone" }
+    );
+    poll_until(&what, Duration::from_secs(30), || {
+        (common::topic_exists(brokers, topic) == present).then_some(())
+    });
 }
 
 #[test]
@@ -43,7 +38,7 @@ fn the_recorded_spec_decides_when_metadata_lacks_the_topic() {
     let bus = KafkaBus::connect_with(options.clone()).unwrap_or_else(|e| panic!("connect: {e}"));
     let topic = format!("lagging-{}", &id[..12]);
     let recorded = TopicSpec::new(topic.clone(), 2).with_retention_ms(60_000);
-    bus.provision(&manifest(recorded.clone()))
+    bus.provision(&Manifest::new([recorded.clone()]))
         .unwrap_or_else(|e| panic!("provision: {e}"));
     let kafka = kafka_topic_name(&topic);
     common::delete_raw_topics(&brokers, std::slice::from_ref(&kafka));
@@ -65,7 +60,7 @@ fn the_recorded_spec_decides_when_metadata_lacks_the_topic() {
             "dedup_window_ms",
         ),
     ] {
-        let result = bus.provision(&manifest(spec));
+        let result = bus.provision(&Manifest::new([spec]));
         assert!(
             matches!(result, Err(BusError::Conflict { property: ref p, .. }) if p == property),
             "{property}: {result:?}"
@@ -84,7 +79,7 @@ fn the_recorded_spec_decides_when_metadata_lacks_the_topic() {
         Some(recorded.clone())
     );
 
-    bus.provision(&manifest(recorded.clone()))
+    bus.provision(&Manifest::new([recorded.clone()]))
         .unwrap_or_else(|e| panic!("provision of the recorded spec: {e}"));
     wait_until_listed(&brokers, &kafka, true);
     assert_eq!(
