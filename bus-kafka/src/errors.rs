@@ -14,7 +14,13 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
     if matches!(error, KafkaError::ClientConfig(..)) {
         return BusError::invalid("kafka options", options.redact(format!("{what}: {error}")));
     }
-    match error.rdkafka_error_code() {
+    // An admin request's own failure (rust-rdkafka gives no code for it):
+    // a transport failure while provisioning is an outage like any other.
+    let code = match &error {
+        KafkaError::AdminOp(code) => Some(*code),
+        other => other.rdkafka_error_code(),
+    };
+    match code {
         Some(
             RDKafkaErrorCode::MessageTimedOut
             | RDKafkaErrorCode::OperationTimedOut
@@ -60,4 +66,30 @@ pub(crate) fn map_error(options: &KafkaOptions, what: &str, error: KafkaError) -
 /// A [`BusError::Timeout`] for `what` after the bus timeout.
 pub(crate) fn timed_out(options: &KafkaOptions, what: &str) -> BusError {
     BusError::timeout(what, options.timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_admin_transport_failure_is_an_outage() {
+        let options = KafkaOptions::new(["127.0.0.1:1".to_owned()]);
+        let error = map_error(
+            &options,
+            "creating topics",
+            KafkaError::AdminOp(RDKafkaErrorCode::BrokerTransportFailure),
+        );
+        assert!(matches!(error, BusError::Unavailable { .. }), "{error:?}");
+        assert!(error.is_transient());
+        let refused = map_error(
+            &options,
+            "creating topics",
+            KafkaError::AdminOp(RDKafkaErrorCode::InvalidReplicationFactor),
+        );
+        assert!(
+            matches!(refused, BusError::BackendFailure { .. }),
+            "{refused:?}"
+        );
+    }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bus_core::{BusError, Manifest, TopicSpec};
 use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::BaseRecord;
 use rdkafka::util::Timeout;
 
@@ -328,7 +328,29 @@ pub(crate) fn delete_topics(
     Ok(())
 }
 
+/// Creates `topics` (one that exists already is fine: another bus may
+/// have raced this one), trying again after a transient failure (a
+/// dropped connection, a controller moving) until `deadline`.
 fn create(
+    options: &KafkaOptions,
+    admin: &Admin,
+    topics: &[NewTopic<'_>],
+    deadline: Instant,
+) -> Result<(), BusError> {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match create_once(options, admin, topics, deadline) {
+            Err(error) if error.is_transient() && Instant::now() + pause < deadline => {
+                tracing::debug!(%error, "kafka: creating topics again");
+                std::thread::park_timeout(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            done => return done,
+        }
+    }
+}
+
+fn create_once(
     options: &KafkaOptions,
     admin: &Admin,
     topics: &[NewTopic<'_>],
@@ -341,6 +363,14 @@ fn create(
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => {
+                let error = map_error(
+                    options,
+                    &format!("creating topic {name:?}"),
+                    KafkaError::AdminOp(code),
+                );
+                if error.is_transient() {
+                    return Err(error);
+                }
                 return Err(BusError::backend(
                     "kafka",
                     format!(
