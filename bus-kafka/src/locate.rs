@@ -8,9 +8,13 @@
 //! request of the same producer succeeds and acknowledges the earlier ones
 //! implicitly. The record is stored, so failing the publish would invite the
 //! caller to publish it a second time; the bus reads the partition's newest
-//! records back instead and finds the record by what it stored: key, value,
-//! UID, tag and headers, appended no earlier than the publish began (less a
-//! clock slack, the broker stamps `LogAppendTime`). Records of one call are
+//! records back instead (and, for a record not among them yet, those
+//! appended after, until the deadline) and finds the record by what it
+//! stored: key, value, UID, tag and headers, appended no earlier than the
+//! publish began (less a clock slack, the broker stamps `LogAppendTime`).
+//! A page that comes back short is read on, never taken whole (CI once saw
+//! a record of C9's sixty-four threads reported stored and not found in
+//! the one page read). Records of one call are
 //! matched in produce order, between the offsets the call's other records
 //! on the partition were reported at (the idempotent producer keeps a
 //! partition's records in order), above the highest offset any delivery
@@ -23,7 +27,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bus_core::BusError;
 
@@ -209,7 +213,10 @@ struct Wanted<'a> {
 }
 
 /// The offsets of `records` (all on `partition`, in produce order), `None`
-/// for one not found among the partition's newest records.
+/// for one not found by `deadline`. The partition's newest records are
+/// read first; a record still missing then is looked for among the
+/// records appended after that read until `deadline` (its report said it
+/// is stored, so it shows up once the broker makes it visible).
 fn locate(
     core: &Core,
     kafka_topic: &str,
@@ -218,12 +225,32 @@ fn locate(
     since_ms: i64,
     deadline: Instant,
 ) -> Result<Vec<Option<u64>>, BusError> {
-    let options = &core.options;
     let kafka_partition = i32::try_from(partition).unwrap_or(i32::MAX);
-    let (low, high) = core
-        .pool
-        .watermarks(options, kafka_topic, kafka_partition, deadline)?;
+    let (low, high) =
+        core.pool
+            .watermarks(&core.options, kafka_topic, kafka_partition, deadline)?;
     let oldest = since_ms.saturating_sub(CLOCK_SLACK_MS);
+    let classify = |message: RawMessage<'_>| {
+        let fresh = message.timestamp.is_none_or(|t| t >= oldest);
+        let matching: Vec<usize> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, wanted)| fresh && same(wanted.record, &message))
+            .map(|(i, _)| i)
+            .collect();
+        (message.offset, fresh, matching)
+    };
+    let read = |from: u64, to: u64| {
+        read_range(
+            core,
+            kafka_topic,
+            kafka_partition,
+            from,
+            to,
+            deadline,
+            &classify,
+        )
+    };
     // Nothing at or below every record's lower bound can be one of them.
     let bottom = records
         .iter()
@@ -237,57 +264,149 @@ fn locate(
     let mut end = high;
     while end > bottom && high - end < SCAN_LIMIT {
         let start = bottom.max(end.saturating_sub(PAGE));
-        let count = usize::try_from(end - start).unwrap_or(usize::MAX);
-        let page = core.pool.read(
-            options,
-            kafka_topic,
-            kafka_partition,
-            start,
-            count,
-            deadline,
-            |message| {
-                let fresh = message.timestamp.is_none_or(|t| t >= oldest);
-                let matching: Vec<usize> = records
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, wanted)| fresh && same(wanted.record, &message))
-                    .map(|(i, _)| i)
-                    .collect();
-                (message.offset, fresh, matching)
-            },
-        )?;
+        let page = read(start, end)?;
         let any_fresh = page.iter().any(|(_, fresh, _)| *fresh);
-        candidates.extend(
-            page.into_iter()
-                .filter(|(offset, _, matching)| *offset < end && !matching.is_empty())
-                .map(|(offset, _, matching)| (offset, matching)),
-        );
+        candidates.extend(matches(page));
         if !any_fresh {
             break;
         }
         end = start;
     }
+    let mut out = vec![None; records.len()];
+    choose(core, kafka_topic, partition, records, candidates, &mut out);
+    #[cfg(test)]
+    after_scan::run();
+    // Still missing: watch the records appended since.
+    let mut seen = high;
+    while out.iter().any(Option::is_none) && Instant::now() + HEAD_POLL < deadline {
+        std::thread::park_timeout(HEAD_POLL);
+        // An error here leaves the records found so far standing.
+        let Ok((_, now)) =
+            core.pool
+                .watermarks(&core.options, kafka_topic, kafka_partition, deadline)
+        else {
+            break;
+        };
+        if now > seen {
+            let Ok(page) = read(seen, now) else {
+                break;
+            };
+            choose(
+                core,
+                kafka_topic,
+                partition,
+                records,
+                matches(page).collect(),
+                &mut out,
+            );
+            seen = now;
+        }
+    }
+    Ok(out)
+}
+
+/// A record read back: its offset, whether it is recent enough to be one
+/// looked for, and the slots of the records it matches.
+type Classified = (u64, bool, Vec<usize>);
+
+/// How often the read-back asks for records appended since it last read.
+const HEAD_POLL: Duration = Duration::from_millis(20);
+
+/// The offsets of a page that match some record, with the records' slots.
+fn matches(page: Vec<Classified>) -> impl Iterator<Item = (u64, Vec<usize>)> {
+    page.into_iter()
+        .filter(|(_, _, matching)| !matching.is_empty())
+        .map(|(offset, _, matching)| (offset, matching))
+}
+
+/// Every record of `from..to` (which exist: the range lies between the log
+/// start and the high watermark), read until the last one; a read that
+/// stops short (the deadline came) is an error, never a page taken whole.
+fn read_range(
+    core: &Core,
+    kafka_topic: &str,
+    partition: i32,
+    from: u64,
+    to: u64,
+    deadline: Instant,
+    each: &impl Fn(RawMessage<'_>) -> Classified,
+) -> Result<Vec<Classified>, BusError> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while next < to {
+        let count = usize::try_from(to - next).unwrap_or(usize::MAX);
+        let page = core.pool.read(
+            &core.options,
+            kafka_topic,
+            partition,
+            next,
+            count,
+            deadline,
+            each,
+        )?;
+        let Some(&(last, _, _)) = page.last() else {
+            // A new leader's high watermark may lag the one read a moment
+            // ago: the records are there, ask again.
+            if Instant::now() + HEAD_POLL < deadline {
+                std::thread::park_timeout(HEAD_POLL);
+                continue;
+            }
+            return Err(crate::errors::timed_out(
+                &core.options,
+                &format!("reading records back (stopped at offset {next} of {to})"),
+            ));
+        };
+        out.extend(page.into_iter().filter(|(offset, _, _)| *offset < to));
+        next = last + 1;
+    }
+    Ok(out)
+}
+
+/// Fills the open slots of `out` from `candidates` (offsets matching some
+/// of `records`), in produce order: a record's offset lies above the
+/// offsets found for the call's earlier records and its lower bound, below
+/// those found for its later records and its upper bound, and is no offset
+/// a recent report or read-back of this bus named. Each offset chosen is
+/// noted as reported.
+fn choose(
+    core: &Core,
+    kafka_topic: &str,
+    partition: u32,
+    records: &[Wanted<'_>],
+    mut candidates: Vec<(u64, Vec<usize>)>,
+    out: &mut [Option<u64>],
+) {
     candidates.sort_unstable_by_key(|(offset, _)| *offset);
     let _one_at_a_time = lock(&core.reported.choosing);
     // Offsets a recent report or read-back named belong to other records.
     candidates.retain(|(offset, _)| !core.reported.recently(kafka_topic, partition, *offset));
-    let mut out = vec![None; records.len()];
-    // The offset of the call's previous record found here.
-    let mut floor = None;
-    for (slot, (found, wanted)) in out.iter_mut().zip(records).enumerate() {
-        let above = floor.max(wanted.above);
+    for slot in 0..out.len() {
+        if out[slot].is_some() {
+            continue;
+        }
+        let wanted = &records[slot];
+        let above = out[..slot]
+            .iter()
+            .flatten()
+            .copied()
+            .max()
+            .max(wanted.above);
+        let below = out[slot + 1..]
+            .iter()
+            .flatten()
+            .copied()
+            .chain(wanted.below)
+            .min();
         let hit = candidates.iter().find(|(offset, matching)| {
             above.is_none_or(|above| *offset > above)
-                && wanted.below.is_none_or(|below| *offset < below)
+                && below.is_none_or(|below| *offset < below)
                 && matching.contains(&slot)
         });
         if let Some(&(offset, _)) = hit {
             core.reported.note(kafka_topic, partition, offset);
-            *found = Some(offset);
-            floor = Some(offset);
+            out[slot] = Some(offset);
         }
     }
-    Ok(out)
 }
 
 /// Whether `message` holds what `record` stored.
@@ -302,4 +421,26 @@ fn same(record: &Prepared, message: &RawMessage<'_>) -> bool {
                 *name == want_name && *value == want_value.as_bytes()
             },
         )
+}
+
+/// A step a test runs right after the read-back's first scan (to append a
+/// record the scan cannot have seen).
+#[cfg(test)]
+pub(crate) mod after_scan {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static STEP: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    /// Runs `step` after the next first scan on this thread.
+    pub(crate) fn set(step: impl FnOnce() + 'static) {
+        STEP.with(|slot| *slot.borrow_mut() = Some(Box::new(step)));
+    }
+
+    pub(super) fn run() {
+        if let Some(step) = STEP.with(|slot| slot.borrow_mut().take()) {
+            step();
+        }
+    }
 }

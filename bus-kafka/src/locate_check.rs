@@ -11,7 +11,7 @@ use bus_core::backend::BatchItem;
 use bus_core::{BusError, EventBus, Headers, Manifest, TopicSpec};
 use serde_json::json;
 
-use crate::locate::{Start, resolve};
+use crate::locate::{Start, after_scan, resolve};
 use crate::publish::{Prepared, prepare_all};
 use crate::{KafkaBus, KafkaOptions};
 
@@ -46,6 +46,12 @@ fn prepared(bus: &KafkaBus, topic: &str, items: &[BatchItem<'_>]) -> (String, Ve
 
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(10)
+}
+
+/// The deadline of a read-back expected to find nothing: it watches the
+/// partition until then.
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(1)
 }
 
 fn offsets(found: Vec<Result<u64, BusError>>) -> Vec<u64> {
@@ -123,7 +129,7 @@ fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
         &records[..2],
         unknown(2),
         &at(since),
-        deadline(),
+        soon(),
     );
     assert!(
         again
@@ -140,7 +146,7 @@ fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
         &records[3..],
         unknown(1),
         &at(since + 120_000),
-        deadline(),
+        soon(),
     );
     assert!(
         matches!(late[..], [Err(BusError::Timeout { .. })]),
@@ -191,11 +197,59 @@ fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
         &records,
         vec![Ok(None), Err(failed())],
         &at(since),
-        deadline(),
+        soon(),
     );
     assert!(matches!(got[0], Err(BusError::Timeout { .. })), "{got:?}");
     assert_eq!(
         got[1].as_ref().err().map(ToString::to_string),
         Some(failed().to_string())
     );
+}
+
+#[test]
+fn a_record_appended_after_the_first_scan_is_found() {
+    let test = "a_record_appended_after_the_first_scan_is_found";
+    let Some((writer, options)) = bus(test) else {
+        return;
+    };
+    let topic = format!("locate-{}", bus_conformance::namespace_id(8));
+    writer
+        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    let since = i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX);
+    let value = json!({ "appended": "after the scan" });
+    let none = Headers::new();
+    let items = [BatchItem {
+        key: "k",
+        value: &value,
+        uid: None,
+        headers: &none,
+    }];
+    let (kafka_topic, records) = prepared(&writer, &topic, &items);
+    let reader = connect(&options);
+    // The broker made the record visible only after the read-back's first
+    // scan of the partition (its report had come without an offset).
+    let stored = std::sync::Arc::new(std::sync::Mutex::new(None));
+    {
+        let (stored, topic, value) = (std::sync::Arc::clone(&stored), topic.clone(), value.clone());
+        after_scan::set(move || {
+            let ack = writer
+                .publish(&topic, "k", &value)
+                .unwrap_or_else(|e| panic!("publish: {e}"));
+            *stored.lock().unwrap_or_else(|e| e.into_inner()) = Some(ack.offset);
+        });
+    }
+    let found = resolve(
+        &reader.core,
+        &kafka_topic,
+        &records,
+        unknown(1),
+        &at(since),
+        deadline(),
+    );
+    let want = stored
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(|| panic!("the step after the scan did not run"));
+    assert_eq!(offsets(found), [want]);
 }
