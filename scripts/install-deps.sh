@@ -16,6 +16,8 @@ command -v tmux >/dev/null || need+=(tmux)
 # The power-cut tests (#29) mount bus-testfs over /dev/fuse (as root, directly);
 # fuse3's fusermount3 unmounts one a killed run left behind (fusermount3 -u -z DIR).
 command -v fusermount3 >/dev/null || need+=(fuse3)
+# bus-kafka/tests/connection_cuts.rs resets the bus's TCP connections with `ss -K` (iproute2).
+command -v ss >/dev/null || need+=(iproute2)
 # scripts/check-crates.sh lists the workspace members with jq (cargo metadata).
 command -v jq >/dev/null || need+=(jq)
 # librdkafka's rdkafka_conf.c includes curl/curl.h even with curl disabled;

@@ -44,13 +44,13 @@ echo "test.sh: BUS_S3_ENDPOINT=$BUS_S3_ENDPOINT BUS_S3_BUCKET=$BUS_S3_BUCKET" >&
 # (JVM starts, fsyncs, session timeouts), so three lanes on two cores take about the longest
 # lane instead of the sum (25 min in one lane on 2026-12-07). Lanes share the brokers started
 # above, so no test may stop them: tests that kill or cut a broker start one of their own.
-#   kafka-own:  bus-kafka's tests with brokers of their own (cluster faults, power cuts on
+#   kafka-own:  bus-kafka's tests with brokers of their own (cluster faults, connection cuts, power cuts on
 #               bus-testfs, outages, TLS/SASL), about 9 min;
 #   kafka:      bus-kafka's other tests, on the shared broker, about 10 min;
 #   rest:       every other crate (the power-cut tests of bus-embedded, bus-nats and
 #               bus-postgres included), about 7 min.
 # The long power-cut run: BUS_POWER_ROUNDS=200 (README).
-own='^(cluster_faults|power_cut|power_cut_cluster|outage|secure|subscribe_outage)$'
+own='^(cluster_faults|connection_cuts|power_cut|power_cut_cluster|outage|secure|subscribe_outage)$'
 awk -F'\t' -v own="$own" '$1 == "bus-kafka" && $3 ~ own' "$lanes/all" >"$lanes/kafka-own"
 awk -F'\t' -v own="$own" '$1 == "bus-kafka" && $3 !~ own' "$lanes/all" >"$lanes/kafka"
 awk -F'\t' '$1 != "bus-kafka"' "$lanes/all" >"$lanes/rest"
