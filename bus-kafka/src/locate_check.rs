@@ -37,6 +37,17 @@ fn bus(test: &str) -> Option<(KafkaBus, KafkaOptions)> {
     Some((bus, options))
 }
 
+/// A new one-partition topic of `writer`'s, and the time it was made
+/// (epoch ms): the `since` of publishes that follow.
+fn one_partition_topic(writer: &KafkaBus) -> (String, i64) {
+    let topic = format!("locate-{}", bus_conformance::namespace_id(8));
+    writer
+        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
+        .unwrap_or_else(|e| panic!("provision: {e}"));
+    let since = i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX);
+    (topic, since)
+}
+
 /// `items` as the bus prepares them for `topic`.
 fn prepared(bus: &KafkaBus, topic: &str, items: &[BatchItem<'_>]) -> (String, Vec<Prepared>) {
     let entry = bus.entry(topic).unwrap_or_else(|e| panic!("entry: {e}"));
@@ -82,11 +93,7 @@ fn records_reported_without_an_offset_are_found_in_order_and_never_twice() {
     let Some((writer, options)) = bus("records_reported_without_an_offset_are_found") else {
         return;
     };
-    let topic = format!("locate-{}", bus_conformance::namespace_id(8));
-    writer
-        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
-        .unwrap_or_else(|e| panic!("provision: {e}"));
-    let since = i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX);
+    let (topic, since) = one_partition_topic(&writer);
     let headers = Headers::try_from_pairs([("trace", "t-1")]).unwrap_or_else(|e| panic!("{e}"));
     let none = Headers::new();
     let (same, other) = (json!({ "n": 1 }), json!({ "n": 2 }));
@@ -212,11 +219,7 @@ fn a_record_appended_after_the_first_scan_is_found() {
     let Some((writer, options)) = bus(test) else {
         return;
     };
-    let topic = format!("locate-{}", bus_conformance::namespace_id(8));
-    writer
-        .provision(&Manifest::new([TopicSpec::new(topic.clone(), 1)]))
-        .unwrap_or_else(|e| panic!("provision: {e}"));
-    let since = i64::try_from(bus_core::now_ms()).unwrap_or(i64::MAX);
+    let (topic, since) = one_partition_topic(&writer);
     let value = json!({ "appended": "after the scan" });
     let none = Headers::new();
     let items = [BatchItem {

@@ -9,7 +9,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::BaseRecord;
 use rdkafka::util::Timeout;
 
-use crate::client::{kafka_topic_name, list_topics, remaining, topic_ready};
+use crate::client::{self, kafka_topic_name, list_topics, remaining, topic_ready};
 use crate::errors::map_error;
 use crate::flush;
 use crate::registry::Entry;
@@ -329,58 +329,43 @@ pub(crate) fn delete_topics(
 }
 
 /// Creates `topics` (one that exists already is fine: another bus may
-/// have raced this one), trying again after a transient failure (a
-/// dropped connection, a controller moving) until `deadline`.
+/// have raced this one). A transient failure (a dropped connection, a
+/// controller moving) is tried again until `deadline` ([`client::retry`]);
+/// any other ends the call.
 fn create(
     options: &KafkaOptions,
     admin: &Admin,
     topics: &[NewTopic<'_>],
     deadline: Instant,
 ) -> Result<(), BusError> {
-    let mut pause = Duration::from_millis(10);
-    loop {
-        match create_once(options, admin, topics, deadline) {
-            Err(error) if error.is_transient() && Instant::now() + pause < deadline => {
-                tracing::debug!(%error, "kafka: creating topics again");
-                std::thread::park_timeout(pause);
-                pause = (pause * 2).min(Duration::from_millis(200));
-            }
-            done => return done,
-        }
-    }
-}
-
-fn create_once(
-    options: &KafkaOptions,
-    admin: &Admin,
-    topics: &[NewTopic<'_>],
-    deadline: Instant,
-) -> Result<(), BusError> {
-    let results = tokio::runtime::Handle::current()
-        .block_on(admin.create_topics(topics, &admin_options(deadline)))
-        .map_err(|error| map_error(options, "creating topics", error))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((name, code)) => {
-                let error = map_error(
-                    options,
-                    &format!("creating topic {name:?}"),
-                    KafkaError::AdminOp(code),
-                );
-                if error.is_transient() {
-                    return Err(error);
+    let what = "creating topics";
+    let transient = |error: &KafkaError| map_error(options, what, error.clone()).is_transient();
+    client::retry(options, what, deadline, admin.inner(), || {
+        let results = match tokio::runtime::Handle::current()
+            .block_on(admin.create_topics(topics, &admin_options(deadline)))
+        {
+            Ok(results) => results,
+            Err(error) if transient(&error) => return Err(error),
+            Err(error) => return Ok(Err(map_error(options, what, error))),
+        };
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((_, code)) if transient(&KafkaError::AdminOp(code)) => {
+                    return Err(KafkaError::AdminOp(code));
                 }
-                return Err(BusError::backend(
-                    "kafka",
-                    format!(
-                        "creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
-                    ),
-                ));
+                Err((name, code)) => {
+                    return Ok(Err(BusError::backend(
+                        "kafka",
+                        format!(
+                            "creating topic {name:?} failed: {code} (check the broker's limits, e.g. replication factor against the number of brokers)"
+                        ),
+                    )));
+                }
             }
         }
-    }
-    Ok(())
+        Ok(Ok(()))
+    })?
 }
 
 /// Polls metadata until `topic` shows all its partitions with a leader.

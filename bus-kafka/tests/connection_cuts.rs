@@ -17,20 +17,17 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bus_conformance::util::poll_until;
 use bus_core::{EventBus, Manifest, PublishAck, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions};
-use common::own::{Broker, Listener, kafka_libs};
+use common::own::{self, Listener};
 use serde_json::{Value, json};
 
 const THREADS: usize = 64;
 const PER_THREAD: usize = 4;
 const PARTITIONS: u32 = 2;
-/// A JVM broker on a busy machine takes a while to serve.
-const WAIT: Duration = Duration::from_secs(120);
 
 /// Resets every TCP connection to `port`; how many it reset.
-fn cut(port: &str) -> usize {
+fn cut(port: u16) -> usize {
     let Ok(out) = Command::new("ss")
         .args(["-K", "-H", "-t", "dst", &format!("127.0.0.1:{port}")])
         .output()
@@ -49,20 +46,12 @@ fn cut(port: &str) -> usize {
 #[test]
 fn acked_records_read_back_while_connections_are_cut() {
     let test = "acked_records_read_back_while_connections_are_cut";
-    let Some(libs) = kafka_libs() else {
-        return common::skip(
-            test,
-            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
-        );
+    let Some(broker) = own::started(test, &Listener::Plaintext) else {
+        return;
     };
-    let mut broker = Broker::new(libs, &Listener::Plaintext);
-    broker.start();
-    let address = broker.address();
-    let port = address.rsplit(':').next().unwrap_or_default().to_owned();
-    let options = KafkaOptions::new([address.clone()]);
-    let bus = poll_until("the test broker to serve", WAIT, || {
-        KafkaBus::connect_with(options.clone()).ok()
-    });
+    let port = broker.port();
+    let options = KafkaOptions::new([broker.address()]);
+    let bus = own::serving(&options);
     let topic = "cuts";
     bus.provision(&Manifest::new([TopicSpec::new(topic, PARTITIONS)]))
         .unwrap_or_else(|e| panic!("provision: {e}"));
@@ -74,7 +63,7 @@ fn acked_records_read_back_while_connections_are_cut() {
     std::thread::scope(|scope| {
         scope.spawn(|| {
             while !stop.load(Ordering::SeqCst) {
-                cuts.fetch_add(cut(&port), Ordering::SeqCst);
+                cuts.fetch_add(cut(port), Ordering::SeqCst);
                 std::thread::park_timeout(Duration::from_millis(15));
             }
         });

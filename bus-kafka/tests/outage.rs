@@ -16,8 +16,8 @@ use bus_conformance::outage::{Stop, with_traffic};
 use bus_conformance::util::poll_until;
 use bus_core::consumer::{ConsumeOptions, DurableConsumers};
 use bus_core::{BusError, EventBus, Manifest, Selector, StartAt, TopicSpec};
-use bus_kafka::{KafkaBus, KafkaOptions};
-use common::own::{Broker, Listener, kafka_libs};
+use bus_kafka::KafkaOptions;
+use common::own::{self, Listener};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -27,18 +27,11 @@ const PARTITIONS: u32 = 2;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn outage(test: &str, how: Stop) {
-    let Some(libs) = kafka_libs() else {
-        return common::skip(
-            test,
-            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
-        );
+    let Some(mut broker) = own::started(test, &Listener::Plaintext) else {
+        return;
     };
-    let mut broker = Broker::new(libs, &Listener::Plaintext);
-    broker.start();
     let options = KafkaOptions::new([broker.address()]).timeout(TIMEOUT);
-    let bus = poll_until("the test broker to serve", WAIT * 2, || {
-        KafkaBus::connect_with(options.clone()).ok()
-    });
+    let bus = own::serving(&options);
     let topic = "outage";
     bus.provision(&Manifest::new([TopicSpec::new(topic, PARTITIONS)]))
         .unwrap_or_else(|e| panic!("provision: {e}"));
@@ -106,19 +99,12 @@ fn kill_fails_retryably_and_the_same_bus_recovers() {
 #[test]
 fn a_durable_consumer_goes_on_after_a_broker_kill() {
     let test = "a_durable_consumer_goes_on_after_a_broker_kill";
-    let Some(libs) = kafka_libs() else {
-        return common::skip(
-            test,
-            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
-        );
-    };
     const RECORDS: usize = 60;
-    let mut broker = Broker::new(libs, &Listener::Plaintext);
-    broker.start();
+    let Some(mut broker) = own::started(test, &Listener::Plaintext) else {
+        return;
+    };
     let options = KafkaOptions::new([broker.address()]).timeout(TIMEOUT);
-    let bus = poll_until("the test broker to serve", WAIT * 2, || {
-        KafkaBus::connect_with(options.clone()).ok()
-    });
+    let bus = own::serving(&options);
     let topic = "consumed";
     bus.provision(&Manifest::new([TopicSpec::new(topic, PARTITIONS)]))
         .unwrap_or_else(|e| panic!("provision: {e}"));

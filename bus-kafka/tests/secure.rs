@@ -11,7 +11,7 @@ use std::time::Duration;
 use bus_conformance::util::{assert_refused_quietly, poll_until};
 use bus_core::{EventBus, Manifest, TopicSpec};
 use bus_kafka::{KafkaBus, KafkaOptions, SaslMechanism};
-use common::own::{Broker, Listener, kafka_libs};
+use common::own::{self, Listener};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(4);
@@ -32,20 +32,13 @@ fn refused<T: std::fmt::Debug>(
 #[test]
 fn sasl_over_tls_works_and_refuses_without_leaking_secrets() {
     let test = "sasl_over_tls_works_and_refuses_without_leaking_secrets";
-    let Some(libs) = kafka_libs() else {
-        return common::skip(
-            test,
-            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
-        );
+    let listener = Listener::SaslSsl {
+        plain: (PLAIN.0.to_owned(), PLAIN.1.to_owned()),
+        scram: (SCRAM.0.to_owned(), SCRAM.1.to_owned()),
     };
-    let mut broker = Broker::new(
-        libs,
-        &Listener::SaslSsl {
-            plain: (PLAIN.0.to_owned(), PLAIN.1.to_owned()),
-            scram: (SCRAM.0.to_owned(), SCRAM.1.to_owned()),
-        },
-    );
-    broker.start();
+    let Some(mut broker) = own::started(test, &listener) else {
+        return;
+    };
     let ca = broker.ca().display().to_string();
     let plain = KafkaOptions::new([broker.address()])
         .timeout(TIMEOUT)
@@ -139,14 +132,9 @@ fn sasl_over_tls_works_and_refuses_without_leaking_secrets() {
 #[test]
 fn mutual_tls_with_a_client_certificate() {
     let test = "mutual_tls_with_a_client_certificate";
-    let Some(libs) = kafka_libs() else {
-        return common::skip(
-            test,
-            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
-        );
+    let Some(mut broker) = own::started(test, &Listener::MutualTls) else {
+        return;
     };
-    let mut broker = Broker::new(libs, &Listener::MutualTls);
-    broker.start();
     let ca = broker.ca().display().to_string();
     let (cert, key) = broker.client_cert();
     let (cert, key) = (cert.display().to_string(), key.display().to_string());

@@ -10,8 +10,8 @@ use std::time::Duration;
 use bus_conformance::outage::{self, Receiving};
 use bus_conformance::util::poll_until;
 use bus_core::{EventBus, Manifest, Selector, StartAt, SubscribeOptions, Subscription, TopicSpec};
-use bus_kafka::{KafkaBus, KafkaOptions};
-use common::own::{Broker, Listener, kafka_libs};
+use bus_kafka::KafkaOptions;
+use common::own::{self, Listener};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -36,18 +36,11 @@ fn offsets_until(
 #[test]
 fn a_subscription_reports_the_outage_and_resumes_without_gap_or_duplicate() {
     let test = "a_subscription_reports_the_outage_and_resumes";
-    let Some(libs) = kafka_libs() else {
-        return common::skip(
-            test,
-            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
-        );
+    let Some(mut broker) = own::started(test, &Listener::Plaintext) else {
+        return;
     };
-    let mut broker = Broker::new(libs, &Listener::Plaintext);
-    broker.start();
     let options = KafkaOptions::new([broker.address()]).timeout(TIMEOUT);
-    let bus = poll_until("the test broker to serve", Duration::from_secs(120), || {
-        KafkaBus::connect_with(options.clone()).ok()
-    });
+    let bus = own::serving(&options);
     let topic = "sub-outage";
     bus.provision(&Manifest::new([TopicSpec::new(topic, 1)]))
         .unwrap_or_else(|e| panic!("provision: {e}"));

@@ -36,6 +36,29 @@ pub fn java() -> PathBuf {
 #[allow(unused_imports)]
 pub use bus_conformance::util::free_port;
 
+/// A broker of the test's own with `listener`, started; `None` after a loud
+/// skip (a failure with `BUS_REQUIRE_BROKERS=1`) when the jars are not cached.
+pub fn started(test: &str, listener: &Listener) -> Option<Broker> {
+    let Some(libs) = kafka_libs() else {
+        super::skip(
+            test,
+            "no cached Kafka jars (run: bash scripts/kafka.sh install)",
+        );
+        return None;
+    };
+    let mut broker = Broker::new(libs, listener);
+    broker.start();
+    Some(broker)
+}
+
+/// A bus on a broker just started, once it serves (a JVM on a busy machine
+/// takes a while).
+pub fn serving(options: &bus_kafka::KafkaOptions) -> bus_kafka::KafkaBus {
+    bus_conformance::util::poll_until("the test broker to serve", Duration::from_secs(120), || {
+        bus_kafka::KafkaBus::connect_with(options.clone()).ok()
+    })
+}
+
 /// A Kafka cluster id: 16 random bytes, URL-safe base64 without padding.
 pub fn cluster_id() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -216,6 +239,11 @@ impl Broker {
     /// `127.0.0.1:port` of the client listener.
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The port of the client listener.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The CA certificate clients verify a TLS broker with.
